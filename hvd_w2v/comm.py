@@ -1,0 +1,137 @@
+"""Every collective call in hvd-w2v goes through here (mpi4py for the sparse exchange, Horovod for dense).
+
+Who uses what, and why:
+- Horovod (TensorFlow ops) keeps the *dense, replicated* tensors equal: hot-row gradients, loss and counters
+  (`allreduce_dense`, `broadcast_dense`). Horovod pays ~1 ms a call and wins on large tensors.
+- mpi4py moves the *sparse, per-destination* traffic: ids, rows and gradients (`alltoallv`), and small
+  bookkeeping (`allgather`, `agree`). Its Alltoallv costs ~0.1 ms a call against Horovod's ~1.3 ms, because
+  Horovod negotiates every call whose shape changes (figures: `python -m hvd_w2v.bench.collectives`).
+
+Every method here is collective: all ranks must call it, in the same order, with compatible arguments.
+"""
+import os
+import sys
+
+import numpy as np
+
+from .errors import UserError
+
+
+class Comm:
+    """The job's ranks: ``rank`` in ``[0, size)``. Built by :func:`init`; one per process."""
+
+    def __init__(self, mpi_comm, hvd):
+        self.mpi = mpi_comm
+        self.hvd = hvd
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
+        self._calls = 0
+
+    # -- dense, replicated tensors: Horovod ----------------------------------------------------------
+    def allreduce_dense(self, array, average=False):
+        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result."""
+        import tensorflow as tf
+
+        self._calls += 1
+        op = self.hvd.Average if average else self.hvd.Sum
+        out = self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=f"dense.{self._calls}")
+        return out.numpy()
+
+    def broadcast_dense(self, array, root=0):
+        """Rank ``root``'s array on every rank, via Horovod (same shape and dtype on all ranks)."""
+        import tensorflow as tf
+
+        self._calls += 1
+        return self.hvd.broadcast(tf.convert_to_tensor(array), root, name=f"bcast.{self._calls}").numpy()
+
+    # -- sparse, per-destination traffic: mpi4py -----------------------------------------------------
+    def alltoallv(self, send, counts):
+        """Exchange rows by destination.
+
+        ``send`` holds the rows for rank 0, then rank 1, ... (any dtype, shape ``[n, *row]``), ``counts[d]``
+        rows for rank ``d``. Returns ``(recv, recv_counts)``: the rows from rank 0, then rank 1, ..., in the
+        order each sender listed them.
+        """
+        from mpi4py import MPI
+
+        send = np.ascontiguousarray(send)
+        counts = np.asarray(counts, dtype=np.int64)
+        recv_counts = np.empty(self.size, dtype=np.int64)
+        self.mpi.Alltoall(counts, recv_counts)
+        row = int(np.prod(send.shape[1:], dtype=np.int64))
+        recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
+        mpi_type = MPI._typedict[send.dtype.char]
+        sc, rc = counts * row, recv_counts * row
+        self.mpi.Alltoallv([send, (sc, _displs(sc)), mpi_type], [recv, (rc, _displs(rc)), mpi_type])
+        return recv, recv_counts
+
+    def alltoall_ints(self, values):
+        """One int64 to each rank: ``values[d]`` goes to rank ``d``; returns what each rank sent here."""
+        out = np.empty(self.size, dtype=np.int64)
+        self.mpi.Alltoall(np.ascontiguousarray(values, dtype=np.int64), out)
+        return out
+
+    def allgather(self, obj):
+        """A small picklable value from every rank, as a list in rank order."""
+        return self.mpi.allgather(obj)
+
+    def allreduce(self, value, op="sum"):
+        """A small scalar reduced over ranks (``op`` is "sum", "max" or "min")."""
+        from mpi4py import MPI
+
+        return self.mpi.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+
+    def barrier(self):
+        self.mpi.Barrier()
+
+    def agree(self, error):
+        """Share bad-input errors: ``error`` is this rank's message or None.
+
+        Raises :class:`UserError` with the first message (lowest rank) on *every* rank, so that all ranks
+        leave their collectives together and the job ends cleanly rather than by abort.
+        """
+        errors = [e for e in self.mpi.allgather(error) if e]
+        if errors:
+            raise UserError(errors[0])
+
+    def abort(self, code=1):
+        self.mpi.Abort(code)
+
+
+def _displs(counts):
+    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+
+_COMM = None
+
+
+def init(threads=None):
+    """Start MPI and Horovod once per process and return the :class:`Comm`.
+
+    ``threads`` (default: $HVD_W2V_THREADS, else 1) is this rank's TensorFlow compute-thread budget; it must be
+    set before TensorFlow runs any op, so it is applied here.
+    """
+    global _COMM
+    if _COMM is not None:
+        return _COMM
+    from mpi4py import MPI  # first: mpi4py initialises MPI, Horovod then shares it
+
+    import tensorflow as tf
+    import horovod.tensorflow as hvd
+
+    threads = int(threads or os.environ.get("HVD_W2V_THREADS", "1"))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    hvd.init(comm=MPI.COMM_WORLD)
+    if not hvd.mpi_threads_supported():
+        raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
+    _COMM = Comm(MPI.COMM_WORLD, hvd)
+    return _COMM
+
+
+def log(comm, message, all_ranks=False):
+    """Progress and warnings: rank 0 prints plain lines; other ranks, when asked, prefix their rank."""
+    if comm is None or comm.rank == 0:
+        print(message, file=sys.stderr, flush=True)
+    elif all_ranks:
+        print(f"[rank {comm.rank}] {message}", file=sys.stderr, flush=True)

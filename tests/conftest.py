@@ -1,0 +1,143 @@
+"""A local multi-rank runner for plain `pytest`.
+
+A test marked ``@pytest.mark.mpi(2, 3)`` runs once per rank count. In the pytest process that collected it,
+the body is not called: the runner launches ``mpi/launch -n N python -m pytest <that test>`` and the body runs
+on every rank, where the ``comm`` fixture is ``MPI.COMM_WORLD``. The test passes when every rank passes.
+
+Contract:
+- every launch is bounded: after ``timeout`` seconds (marker keyword, default 180) the whole job is killed
+  and the test fails with "hung";
+- a rank whose test fails prints its traceback, prefixed with its rank, and calls ``MPI_Abort`` so that ranks
+  waiting for it in a collective end at once instead of hanging;
+- the parent's failure message carries the job's output, so the failing rank's traceback is in the report.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCH = ROOT / "mpi" / "launch"
+CHILD_ENV = "HVD_W2V_TEST_RANKS"  # set only inside launched ranks: the rank count of the job
+DEFAULT_TIMEOUT = 180.0
+
+
+def in_rank():
+    return CHILD_ENV in os.environ
+
+
+def pytest_generate_tests(metafunc):
+    marker = metafunc.definition.get_closest_marker("mpi")
+    if marker is None:
+        return
+    if "nranks" not in metafunc.fixturenames:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: an mpi test must take the `comm` fixture")
+    counts = marker.args or (2,)
+    metafunc.parametrize("nranks", counts, ids=[f"np{n}" for n in counts])
+
+
+@pytest.fixture
+def nranks(request):
+    return request.param
+
+
+@pytest.fixture
+def comm(nranks):
+    """MPI.COMM_WORLD inside a launched rank (None in the parent, which never runs the body)."""
+    if not in_rank():
+        return None
+    from mpi4py import MPI
+
+    assert MPI.COMM_WORLD.Get_size() == nranks, "launched with the wrong rank count"
+    return MPI.COMM_WORLD
+
+
+class LaunchResult:
+    """What one bounded launch did: exit code (None when killed), output, seconds, hung or not."""
+
+    def __init__(self, returncode, output, seconds, hung):
+        self.returncode, self.output, self.seconds, self.hung = returncode, output, seconds, hung
+
+    @property
+    def ok(self):
+        return self.returncode == 0 and not self.hung
+
+
+def launch(nranks, args, timeout=DEFAULT_TIMEOUT, env=None):
+    """Run ``args`` on ``nranks`` local ranks through mpi/launch, killed as a whole after ``timeout`` s."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    start = time.monotonic()
+    proc = subprocess.Popen([str(LAUNCH), "-n", str(nranks), "--threads", "1", *map(str, args)],
+                            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # own process group: a hung job is killed whole
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        hung = False
+    except subprocess.TimeoutExpired:
+        hung = True
+        _kill_group(proc)
+        out, _ = proc.communicate()
+    return LaunchResult(None if hung else proc.returncode, out.decode("utf-8", "replace"),
+                        time.monotonic() - start, hung)
+
+
+def _kill_group(proc):
+    # SIGTERM first: mpirun then signals its ranks; SIGKILL the group for whatever is left.
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def launch_test(nodeid, nranks, timeout=DEFAULT_TIMEOUT):
+    """Run one pytest node id on ``nranks`` ranks."""
+    return launch(nranks, [sys.executable, "-m", "pytest", nodeid, "-q", "-x", "-p", "no:cacheprovider",
+                           "--no-header", "-W", "ignore::DeprecationWarning"],
+                  timeout=timeout, env={CHILD_ENV: str(nranks)})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    marker = pyfuncitem.get_closest_marker("mpi")
+    if marker is None or in_rank():
+        return None  # an ordinary test, or the body on a launched rank: pytest calls it
+    nranks = pyfuncitem.callspec.params["nranks"]
+    timeout = marker.kwargs.get("timeout", DEFAULT_TIMEOUT)
+    result = launch_test(pyfuncitem.nodeid, nranks, timeout)
+    if result.hung:
+        pytest.fail(f"hung: {nranks}-rank job killed after {timeout:.0f} s\n{_tail(result.output)}",
+                    pytrace=False)
+    if result.returncode != 0:
+        pytest.fail(f"{nranks}-rank job failed (exit {result.returncode})\n{_tail(result.output)}",
+                    pytrace=False)
+    return True
+
+
+def _tail(text, lines=120):
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if in_rank() and report.failed:
+        # Show this rank's traceback now, then end the job: peers may be blocked in a collective.
+        from mpi4py import MPI
+
+        rank = MPI.COMM_WORLD.Get_rank()
+        text = "\n".join(f"[rank {rank}] {line}" for line in report.longreprtext.splitlines())
+        sys.stderr.write(f"[rank {rank}] FAILED {item.nodeid} ({report.when})\n{text}\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
