@@ -45,12 +45,127 @@ def cmd_check(args):
     return 0
 
 
+DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
+PROBE_WORDS = [b"king", b"water", b"god", b"house", b"good", b"three"]
+
+
+def config_from(args):
+    from .config import Config
+
+    return Config(dim=args.dim, window=args.window, negative=args.negative, min_count=args.min_count,
+                  max_vocab_size=args.max_vocab_size, sample=args.sample, epochs=args.epochs, alpha=args.alpha,
+                  min_alpha=args.min_alpha, sg=args.sg, seed=args.seed, batch_words=args.batch_words,
+                  hot_rows=args.hot_rows)
+
+
+def _writable_folder(comm, out):
+    """Create ``out`` (collective); UserError on every rank when it cannot be written."""
+    error = None
+    if comm.rank == 0:
+        try:
+            os.makedirs(out, exist_ok=True)
+            probe = os.path.join(out, ".write-test")
+            with open(probe, "w"):
+                pass
+            os.remove(probe)
+        except OSError as e:
+            error = f"output folder {out} is not writable: {e.strerror}"
+    comm.agree(error)
+
+
+def _default_corpus(comm):
+    """The real English corpus (hvd_w2v.realcorpus), built by rank 0 on first use."""
+    error = None
+    if comm.rank == 0 and not os.path.exists(os.path.join(os.path.dirname(DEFAULT_CORPUS), ".complete")):
+        from . import realcorpus
+
+        try:
+            realcorpus.build(os.path.dirname(DEFAULT_CORPUS), log=lambda m: print(f"corpus: {m}", file=sys.stderr))
+        except RuntimeError as e:
+            error = f"cannot build the default corpus: {e}"
+    comm.agree(error)
+    return [DEFAULT_CORPUS]
+
+
+def cmd_train(args):
+    """Vocabulary, encoding, training, export, and a look at a few neighbours."""
+    import time
+
+    from . import comm as comm_mod
+    from . import encode, export, train, vocab
+    from .comm import log
+    from .vectors import ShardedVectors
+
+    cfg = config_from(args)
+    comm = comm_mod.init(args.threads)
+    say = lambda m: log(comm, m)  # noqa: E731
+    _writable_folder(comm, args.out)
+    paths = args.corpus or _default_corpus(comm)
+    t0 = time.monotonic()
+    voc = vocab.build(comm, paths, cfg, say)
+    stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
+    say(f"prepared in {time.monotonic() - t0:.1f} s")
+    model, stats = train.train(comm, cfg, voc, stream, progress=not args.quiet)
+    for fmt in args.format:
+        name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
+        export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
+        say(f"export: {name}")
+    rows = comm.allgather(model.w_in.shape[0])
+    say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; {stats['words'] / stats['seconds']:,.0f} "
+        f"words/s over {stats['seconds']:.1f} s; final loss {stats['last_loss']:.4f} per pair; "
+        f"exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of step time (rank 0)")
+    shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(
+        [w.encode() for w in args.show] if args.show else PROBE_WORDS, topn=8)
+    if comm.rank == 0:
+        for word, near in shown.items():
+            print(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near))
+    return 0
+
+
+def add_train_options(p):
+    from .config import Config
+
+    d = Config()
+    p.add_argument("corpus", nargs="*", help=f"text files, plain or .gz (default: the real English corpus, "
+                                              f"built into {os.path.dirname(DEFAULT_CORPUS)} on first use)")
+    p.add_argument("--out", default=os.path.join("runs", "default"), help="output folder (default: %(default)s)")
+    g = p.add_argument_group("model (word2vec defaults)")
+    g.add_argument("--dim", type=int, default=d.dim, help="vector width (default: %(default)s)")
+    g.add_argument("--window", type=int, default=d.window, help="max context distance (default: %(default)s)")
+    g.add_argument("--negative", type=int, default=d.negative, help="noise words per centre (default: %(default)s)")
+    g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
+    g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
+                   help="keep at most this many most frequent words, 0: all (default: %(default)s)")
+    g.add_argument("--sample", type=float, default=d.sample, help="subsampling threshold (default: %(default)s)")
+    g.add_argument("--epochs", type=int, default=d.epochs, help="passes over the corpus (default: %(default)s)")
+    g.add_argument("--alpha", type=float, default=d.alpha, help="initial learning rate (default: %(default)s)")
+    g.add_argument("--min-alpha", type=float, default=d.min_alpha, help="final learning rate (default: %(default)s)")
+    arch = g.add_mutually_exclusive_group()
+    arch.add_argument("--sg", dest="sg", action="store_true", default=True, help="skip-gram (default)")
+    arch.add_argument("--cbow", dest="sg", action="store_false", help="CBOW, mean of the context")
+    g.add_argument("--seed", type=int, default=d.seed, help="random seed (default: %(default)s)")
+    r = p.add_argument_group("distributed step")
+    r.add_argument("--batch-words", type=int, default=d.batch_words,
+                   help="corpus positions per global step, shared by the ranks (default: %(default)s)")
+    r.add_argument("--hot-rows", type=int, default=d.hot_rows,
+                   help="most frequent words replicated on every rank (default: %(default)s)")
+    r.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
+    p.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
+                   help="word2vec export formats: vectors.txt, vectors.bin (default: both)")
+    p.add_argument("--show", nargs="*", default=None, help="words whose neighbours are printed at the end")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
 def parser():
     p = argparse.ArgumentParser(prog="hvd-w2v", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("check", help="check the MPI/Horovod/TensorFlow stack on the launched ranks",
                        epilog="example: mpi/launch -n 2 hvd-w2v check")
     c.set_defaults(func=cmd_check)
+    t = sub.add_parser("train", help="build the vocabulary, encode, train, export and show neighbours",
+                       epilog="example: mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine --epochs 5")
+    add_train_options(t)
+    t.set_defaults(func=cmd_train)
     return p
 
 

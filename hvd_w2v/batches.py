@@ -1,0 +1,66 @@
+"""Training examples of one step's slice of the corpus: subsampled windows and their noise words.
+
+Everything here is a function of global stream positions and (seed, epoch), never of the rank: a centre at
+position p has the same context and negatives whichever rank builds it, which is what makes training on
+P ranks equal training on one.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import rng
+from .encode import SENTENCE_END
+
+
+@dataclass
+class Batch:
+    """Examples for the centres of positions ``[lo, hi)``; ``n`` centres, word ids throughout."""
+
+    centres: np.ndarray  # int64[n]
+    contexts: np.ndarray  # int64[n, 2*window]: kept neighbours, -1 where there is none
+    negatives: np.ndarray  # int64[n, negative]: noise words, shared by the centre's whole window
+
+    def __len__(self):
+        return len(self.centres)
+
+
+def build(stream, vocab, cfg, epoch, lo, hi):
+    """The examples whose centre lies in ``[lo, hi)``.
+
+    Subsampling as word2vec: an occurrence is dropped with probability ``1 - keep[id]``, before windows are
+    formed, so windows reach over dropped words. The window of each centre is reduced to ``b`` drawn in
+    ``[1, window]``; context is the ``b`` nearest kept words on each side, within the sentence and within
+    ``cfg.context_span`` raw positions (the span only bounds what a rank reads around its slice).
+    """
+    span, window = cfg.context_span, cfg.window
+    base = max(lo - span, 0)
+    ids = stream.read(base, hi + span).astype(np.int64)
+    pos = base + np.arange(len(ids), dtype=np.int64)
+    word = ids >= 0
+    keep = word & (rng.uniform(cfg.seed, rng.KEEP, epoch, pos) < vocab.keep[np.where(word, ids, 0)])
+    sentence = np.cumsum(ids == SENTENCE_END)
+
+    kept = np.flatnonzero(keep)
+    kpos, kid, ksent = pos[kept], ids[kept], sentence[kept]
+    centre = np.flatnonzero((kpos >= lo) & (kpos < hi))
+    if len(centre) == 0:
+        return _empty(cfg)
+    cpos = kpos[centre]
+    reduced = 1 + (rng.uniform(cfg.seed, rng.WINDOW, epoch, cpos) * window).astype(np.int64)
+    offsets = np.concatenate((np.arange(-window, 0), np.arange(1, window + 1)))
+    nb = centre[:, None] + offsets[None, :]
+    inside = (nb >= 0) & (nb < len(kept))
+    nb = np.clip(nb, 0, len(kept) - 1)
+    ok = (inside & (np.abs(offsets)[None, :] <= reduced[:, None])
+          & (ksent[nb] == ksent[centre][:, None]) & (np.abs(kpos[nb] - cpos[:, None]) <= span))
+    contexts = np.where(ok, kid[nb], -1)
+    has_context = ok.any(axis=1)
+    cpos, contexts = cpos[has_context], contexts[has_context]
+    negatives = np.stack([vocab.draw_noise(rng.uniform(cfg.seed, rng.NOISE, epoch, cpos, k))
+                          for k in range(cfg.negative)], axis=1).astype(np.int64)
+    return Batch(kid[centre][has_context], contexts, negatives)
+
+
+def _empty(cfg):
+    return Batch(np.zeros(0, np.int64), np.zeros((0, 2 * cfg.window), np.int64),
+                 np.zeros((0, cfg.negative), np.int64))

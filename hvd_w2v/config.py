@@ -1,0 +1,58 @@
+"""Training configuration: one frozen value, built once by the command line and passed explicitly."""
+from dataclasses import asdict, dataclass, fields
+
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class Config:
+    """word2vec hyper-parameters (gensim/word2vec.c defaults) and the distributed step's settings."""
+
+    dim: int = 100  # embedding width (columns of W_in and W_out), 1..10000
+    window: int = 5  # maximum distance between centre and context; the reduced window is drawn in [1, window]
+    negative: int = 5  # noise words per centre, drawn from unigram^0.75; shared by the centre's whole window
+    min_count: int = 5  # words seen fewer times are dropped from the vocabulary
+    max_vocab_size: int = 0  # keep at most this many words, the most frequent (0: no limit); ties at the cut go
+    sample: float = 1e-3  # subsampling threshold for frequent words (0: off), as word2vec.c
+    epochs: int = 5
+    alpha: float = 0.025  # learning rate at the start; decays linearly with global progress ...
+    min_alpha: float = 0.0001  # ... to this at the end
+    sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
+    seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
+    batch_words: int = 8192  # corpus positions in one global step, shared out over the ranks
+    hot_rows: int = 256  # most frequent words replicated on every rank, their gradients summed by allreduce
+    update_cap: float = 16.0  # a row's summed update in one step is scaled by min(1, cap / m), m = its updates
+    span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
+
+    def __post_init__(self):
+        checks = [
+            (1 <= self.dim <= 10000, f"--dim must be in 1..10000, got {self.dim}"),
+            (1 <= self.window <= 100, f"--window must be in 1..100, got {self.window}"),
+            (1 <= self.negative <= 100, f"--negative must be in 1..100, got {self.negative}"),
+            (self.min_count >= 1, f"--min-count must be at least 1, got {self.min_count}"),
+            (self.max_vocab_size >= 0, f"--max-vocab-size must be 0 (no limit) or more, got {self.max_vocab_size}"),
+            (0 <= self.sample < 1, f"--sample must be in [0, 1), got {self.sample}"),
+            (1 <= self.epochs <= 1000, f"--epochs must be in 1..1000, got {self.epochs}"),
+            (0 < self.alpha <= 1, f"--alpha must be in (0, 1], got {self.alpha}"),
+            (0 <= self.min_alpha <= self.alpha, f"--min-alpha must be in [0, alpha], got {self.min_alpha}"),
+            (64 <= self.batch_words <= 1 << 24, f"--batch-words must be in 64..16777216, got {self.batch_words}"),
+            (self.hot_rows >= 0, f"--hot-rows must be 0 or more, got {self.hot_rows}"),
+            (self.update_cap >= 1, f"--update-cap must be at least 1, got {self.update_cap}"),
+            (self.span == 0 or self.span >= self.window, f"--span must be 0 or at least --window, got {self.span}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+    @property
+    def context_span(self):
+        """How far (raw positions) a centre looks for its kept neighbours; fixed so results are rank-free."""
+        return self.span or 4 * self.window
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})

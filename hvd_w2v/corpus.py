@@ -1,0 +1,134 @@
+"""Text input: files split into byte ranges (one per rank), read in bounded, token-aligned blocks.
+
+The token stream of the corpus does not depend on how it is split: a token belongs to the range that holds
+its first byte, and each newline byte (and each file end without one) is one sentence end, wherever the cuts
+fall. Tokens are runs of non-whitespace bytes (ASCII whitespace, as word2vec.c); text must be UTF-8.
+Plain files are split anywhere; a gzip file cannot be sought, so it goes whole to the range holding its
+first byte.
+"""
+import gzip
+import os
+from dataclasses import dataclass
+
+from .errors import UserError
+
+WHITESPACE = b" \t\n\r\x0b\x0c"
+BLOCK_BYTES = 8 << 20  # text read per block: bounds the reader's memory
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes ``[start, end)`` of ``path``: the tokens whose first byte lies there."""
+
+    path: str
+    start: int
+    end: int
+    size: int  # the whole file's size in bytes
+
+    @property
+    def gzipped(self):
+        return self.path.endswith(".gz")
+
+
+def check_files(paths):
+    """Raise UserError unless every path is a readable, non-empty regular file."""
+    if not paths:
+        raise UserError("no corpus files given")
+    for p in paths:
+        if not os.path.exists(p):
+            raise UserError(f"corpus file not found: {p}")
+        if not os.path.isfile(p):
+            raise UserError(f"corpus path is not a regular file: {p}")
+        if not os.access(p, os.R_OK):
+            raise UserError(f"corpus file is not readable: {p}")
+        if os.path.getsize(p) == 0:
+            raise UserError(f"corpus file is empty: {p}")
+
+
+def split(paths, parts):
+    """The pieces of each of ``parts`` ranges, cut at equal byte offsets of the files laid end to end."""
+    sizes = [os.path.getsize(p) for p in paths]
+    total = sum(sizes)
+    cuts = [total * k // parts for k in range(parts + 1)]
+    out = [[] for _ in range(parts)]
+    offset = 0
+    for path, size in zip(paths, sizes):
+        if path.endswith(".gz"):
+            owner = max(k for k in range(parts) if cuts[k] <= offset)
+            out[owner].append(Piece(path, 0, size, size))
+        else:
+            for k in range(parts):
+                lo, hi = max(cuts[k], offset), min(cuts[k + 1], offset + size)
+                if lo < hi:
+                    out[k].append(Piece(path, lo - offset, hi - offset, size))
+        offset += size
+    return out
+
+
+def read_blocks(pieces, block_bytes=BLOCK_BYTES):
+    """Yield ``(text, file_end)`` blocks of whole tokens; ``file_end`` is True when a file ends the block.
+
+    Raises UserError for binary (NUL bytes) or non-UTF-8 input, naming the file and byte offset.
+    """
+    for piece in pieces:
+        opener = gzip.open if piece.gzipped else open
+        try:
+            with opener(piece.path, "rb") as f:
+                yield from _blocks(f, piece, block_bytes)
+        except (OSError, EOFError) as e:
+            raise UserError(f"cannot read {piece.path}: {e}") from None
+
+
+def _blocks(f, piece, block_bytes):
+    pos = piece.start
+    if pos > 0:
+        f.seek(pos - 1)
+        if f.read(1) not in WHITESPACE:  # mid-token: it belongs to the previous range
+            pos += len(_until_whitespace(f))
+    end = piece.end if not piece.gzipped else float("inf")
+    f.seek(pos)
+    while pos < end:
+        block = f.read(int(min(block_bytes, end - pos)))
+        if not block:
+            break
+        if block[-1] not in WHITESPACE:  # finish the token that straddles the cut
+            block += _until_whitespace(f)
+        _check_text(block, piece.path, pos)
+        pos += len(block)
+        yield block, False
+    if pos >= piece.size or piece.gzipped:
+        yield b"", True
+
+
+def _until_whitespace(f, step=256):
+    out = b""
+    while True:
+        at = f.tell()
+        data = f.read(step)
+        if not data:
+            return out
+        for i, byte in enumerate(data):
+            if byte in WHITESPACE:
+                f.seek(at + i)
+                return out + data[:i]
+        out += data
+
+
+def _check_text(block, path, offset):
+    nul = block.find(b"\0")
+    if nul >= 0:
+        raise UserError(f"{path} looks binary (NUL byte at offset {offset + nul}); give plain UTF-8 text")
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text (invalid byte at offset {offset + e.start})") from None
+
+
+def sentences(block, file_end):
+    """The token lists of a block: one per newline-ended piece; the last piece is open unless at file end.
+
+    Returns ``(lists, closed)``: ``closed[i]`` says whether sentence ``i`` ends (newline or file end).
+    """
+    lines = block.split(b"\n")
+    closed = [True] * (len(lines) - 1) + [file_end]
+    return [line.split() for line in lines], closed

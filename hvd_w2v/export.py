@@ -1,0 +1,78 @@
+"""Write the sharded model as word2vec text or binary files, streamed: no rank ever holds the whole matrix.
+
+Lines are in word-id (frequency) order, as word2vec.c and gensim write them, although rows are spread
+round-robin over the ranks: ranks agree each line's byte offset block by block (an exclusive prefix sum of
+line lengths) and every rank writes its own lines at their offsets into one shared file. The file is written
+under a temporary name and renamed when complete, so a failed export never leaves a partial file behind.
+"""
+import os
+
+import numpy as np
+
+from .errors import UserError
+
+BLOCK_ROWS = 16384  # local rows per rank per round: bounds the lines held in memory
+
+
+def text_line(word, row):
+    return word + b" " + " ".join(f"{x:.6f}" for x in row.tolist()).encode() + b"\n"
+
+
+def binary_line(word, row):
+    return word + b" " + row.astype("<f4").tobytes() + b"\n"
+
+
+def write_word2vec(comm, path, plan, words, rows, binary=False):
+    """Write ``rows`` (this rank's float32[rows, d], local order) with ``words`` (bytes, same order).
+
+    Collective. The header is ``"<vocab size> <dim>\\n"``; then one line per word in id order.
+    """
+    fmt = binary_line if binary else text_line
+    header = f"{plan.vocab_size} {rows.shape[1]}\n".encode()
+    write_ordered(comm, path, header, plan, lambda k: fmt(words[k], rows[k]))
+
+
+def write_ordered(comm, path, header, plan, line_of):
+    """Write ``header`` then the line of every word id in order; ``line_of(local_row)`` gives this rank's.
+
+    Collective. Raises UserError on every rank when the file cannot be written.
+    """
+    tmp = f"{path}.tmp"
+    error = None
+    if comm.rank == 0:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(header)
+        except OSError as e:
+            error = f"cannot write {path}: {e.strerror}"
+    comm.agree(error)
+    fd = None
+    try:
+        fd = os.open(tmp, os.O_WRONLY)
+        offset = len(header)
+        mine = plan.rows(comm.rank)
+        rounds = comm.allreduce(-(-mine // BLOCK_ROWS), "max")
+        for b in range(rounds):
+            lines = [line_of(k) for k in range(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))]
+            # Every rank's line lengths for this block; id = (block row) * P + rank.
+            lengths = comm.allgather(np.array([len(x) for x in lines], dtype=np.int64))
+            width = max(len(x) for x in lengths)
+            table = np.zeros((width, comm.size), dtype=np.int64)
+            for r, x in enumerate(lengths):
+                table[:len(x), r] = x
+            starts = offset + np.cumsum(table.ravel()) - table.ravel()
+            for i, line in enumerate(lines):
+                os.pwrite(fd, line, int(starts[i * comm.size + comm.rank]))
+            offset += int(table.sum())
+        os.fsync(fd)
+        error = None
+    except OSError as e:
+        error = f"cannot write {path}: {e.strerror}"
+    finally:
+        if fd is not None:
+            os.close(fd)
+    comm.agree(error)
+    if comm.rank == 0:
+        os.replace(tmp, path)
+    comm.barrier()
