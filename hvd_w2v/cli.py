@@ -46,7 +46,7 @@ def cmd_check(args):
 
 
 DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
-PROBE_WORDS = [b"king", b"water", b"god", b"house", b"good", b"three"]
+PROBE_WORDS = "king,water,god,house,good,three"
 
 
 def config_from(args):
@@ -55,7 +55,7 @@ def config_from(args):
     return Config(dim=args.dim, window=args.window, negative=args.negative, min_count=args.min_count,
                   max_vocab_size=args.max_vocab_size, sample=args.sample, epochs=args.epochs, alpha=args.alpha,
                   min_alpha=args.min_alpha, sg=args.sg, seed=args.seed, batch_words=args.batch_words,
-                  hot_rows=args.hot_rows)
+                  hot_rows=args.hot_rows, update_cap=args.update_cap)
 
 
 def _writable_folder(comm, out):
@@ -100,6 +100,8 @@ def cmd_train(args):
     comm = comm_mod.init(args.threads)
     say = lambda m: log(comm, m)  # noqa: E731
     _writable_folder(comm, args.out)
+    if not args.corpus:
+        say(f"no corpus given: training on the real English corpus, {DEFAULT_CORPUS}")
     paths = args.corpus or _default_corpus(comm)
     t0 = time.monotonic()
     voc = vocab.build(comm, paths, cfg, say)
@@ -114,9 +116,9 @@ def cmd_train(args):
     say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; {stats['words'] / stats['seconds']:,.0f} "
         f"words/s over {stats['seconds']:.1f} s; final loss {stats['last_loss']:.4f} per pair; "
         f"exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of step time (rank 0)")
-    shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(
-        [w.encode() for w in args.show] if args.show else PROBE_WORDS, topn=8)
-    if comm.rank == 0:
+    probes = [w.encode() for w in args.show.split(",") if w]
+    shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
+    if shown:
         for word, near in shown.items():
             print(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near))
     return 0
@@ -149,10 +151,15 @@ def add_train_options(p):
                    help="corpus positions per global step, shared by the ranks (default: %(default)s)")
     r.add_argument("--hot-rows", type=int, default=d.hot_rows,
                    help="most frequent words replicated on every rank (default: %(default)s)")
+    r.add_argument("--update-cap", type=float, default=d.update_cap,
+                   help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
+                        "updates (default: %(default)s)")
     r.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
     p.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")
-    p.add_argument("--show", nargs="*", default=None, help="words whose neighbours are printed at the end")
+    p.add_argument("--show", default=PROBE_WORDS, metavar="WORDS",
+                   help="comma-separated words whose neighbours are printed at the end, '' for none "
+                        "(default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 

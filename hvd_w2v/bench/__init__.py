@@ -1,0 +1,1 @@
+"""Benchmark scripts: each prints its figures side by side in one run (run them under mpi/launch)."""
