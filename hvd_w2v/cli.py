@@ -87,24 +87,42 @@ def _default_corpus(comm):
     return [DEFAULT_CORPUS]
 
 
-def cmd_train(args):
-    """Vocabulary, encoding, training, export, and a look at a few neighbours."""
-    import time
-
+def _vocabulary(args):
+    """Start the ranks, check the output folder, build and save the vocabulary (vocab.txt). Collective."""
     from . import comm as comm_mod
-    from . import encode, export, train, vocab
+    from . import export, vocab
     from .comm import log
-    from .vectors import ShardedVectors
+    from .shard import RowPlan
 
     cfg = config_from(args)
     comm = comm_mod.init(args.threads)
     say = lambda m: log(comm, m)  # noqa: E731
     _writable_folder(comm, args.out)
     if not args.corpus:
-        say(f"no corpus given: training on the real English corpus, {DEFAULT_CORPUS}")
+        say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
     paths = args.corpus or _default_corpus(comm)
-    t0 = time.monotonic()
     voc = vocab.build(comm, paths, cfg, say)
+    name = os.path.join(args.out, "vocab.txt")
+    export.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
+    say(f"vocab: {name}")
+    return cfg, comm, say, paths, voc
+
+
+def cmd_vocab(args):
+    """Build the vocabulary alone and write it as vocab.txt (word count, most frequent first)."""
+    _vocabulary(args)
+    return 0
+
+
+def cmd_train(args):
+    """Vocabulary, encoding, training, export, and a look at a few neighbours."""
+    import time
+
+    from . import encode, export, train
+    from .vectors import ShardedVectors
+
+    t0 = time.monotonic()
+    cfg, comm, say, paths, voc = _vocabulary(args)
     stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
     model, stats = train.train(comm, cfg, voc, stream, progress=not args.quiet)
@@ -112,10 +130,14 @@ def cmd_train(args):
         name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
         export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
         say(f"export: {name}")
+    import resource
+
     rows = comm.allgather(model.w_in.shape[0])
-    say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; {stats['words'] / stats['seconds']:,.0f} "
-        f"words/s over {stats['seconds']:.1f} s; final loss {stats['last_loss']:.4f} per pair; "
-        f"exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of step time (rank 0)")
+    peak_mib = comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
+    say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; peak resident MiB per rank {peak_mib}")
+    say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
+        f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
+        f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
     probes = [w.encode() for w in args.show.split(",") if w]
     shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
     if shown:
@@ -173,6 +195,10 @@ def parser():
                        epilog="example: mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine --epochs 5")
     add_train_options(t)
     t.set_defaults(func=cmd_train)
+    v = sub.add_parser("vocab", help="count the corpus and write vocab.txt (word count, most frequent first)",
+                       epilog="example: mpi/launch -n 4 hvd-w2v vocab corpus.txt --out runs/mine --min-count 10")
+    add_train_options(v)
+    v.set_defaults(func=cmd_vocab)
     return p
 
 

@@ -25,7 +25,7 @@ class Exchange:
         self.comm = comm
         self.plan = plan
         self.tables = tables  # (W_in slice, W_out slice): float32[rows(rank), d] each, local row order
-        self.bytes_sent = 0
+        self.bytes_sent = 0  # to other ranks, over the whole run
 
     def route(self, keys):
         """Stage 1 (collective): send each owner the keys needed from it. ``keys``: unique int64."""
@@ -34,14 +34,14 @@ class Exchange:
         keys = keys[order]
         counts = np.bincount(owner, minlength=self.comm.size).astype(np.int64)
         asked, asked_counts = self.comm.alltoallv(keys, counts)
-        self.bytes_sent += keys.nbytes
+        self._count(keys, counts)
         return Route(keys, counts, asked, asked_counts)
 
     def gather(self, route):
         """Stage 2 (collective): owners send back the asked rows. Returns float32[n, d], rows of route.keys."""
         rows = self._rows(route.asked)
         got, _ = self.comm.alltoallv(rows, route.asked_counts)
-        self.bytes_sent += rows.nbytes
+        self._count(rows, route.asked_counts)
         return got
 
     def scatter(self, route, updates, apply):
@@ -51,13 +51,18 @@ class Exchange:
         the rows received for each of its rows (in rank order) and calls ``apply(table, local_rows, sums)``.
         """
         got, _ = self.comm.alltoallv(np.ascontiguousarray(updates, dtype=np.float32), route.counts)
-        self.bytes_sent += updates.nbytes
+        self._count(updates, route.counts)
         keys, where = np.unique(route.asked, return_inverse=True)
         sums = np.zeros((len(keys), got.shape[1]), np.float32)
         np.add.at(sums, where, got)
         for m, table in enumerate(self.tables):
             sel = (keys & 1) == m
             apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel])
+
+    def _count(self, sent, counts):
+        """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""
+        if len(sent):
+            self.bytes_sent += (len(sent) - int(counts[self.comm.rank])) * (sent.nbytes // len(sent))
 
     def _rows(self, keys):
         out = np.empty((len(keys), self.tables[0].shape[1]), dtype=np.float32)

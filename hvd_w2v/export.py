@@ -32,6 +32,11 @@ def write_word2vec(comm, path, plan, words, rows, binary=False):
     write_ordered(comm, path, header, plan, lambda k: fmt(words[k], rows[k]))
 
 
+def write_vocab(comm, path, plan, words, counts):
+    """Write ``word count`` lines in id (frequency) order, as word2vec.c's -save-vocab. Collective."""
+    write_ordered(comm, path, b"", plan, lambda k: b"%s %d\n" % (words[k], counts[k]))
+
+
 def write_ordered(comm, path, header, plan, line_of):
     """Write ``header`` then the line of every word id in order; ``line_of(local_row)`` gives this rank's.
 

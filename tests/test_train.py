@@ -62,6 +62,21 @@ def test_text_and_binary_exports_agree_and_are_in_frequency_order(reference, cor
     np.testing.assert_allclose(text.vectors, binary.vectors, atol=1e-6)  # text keeps 6 decimals
     # Lines are in frequency order: w0 is the most frequent word of the generator.
     assert text.index_to_key[:3] == ["w0", "w1", "w2"]
+    vocab = [line.split() for line in open(f"{tmp_path}/vocab.txt")]
+    assert [w for w, _ in vocab] == text.index_to_key
+    counts = [int(c) for _, c in vocab]
+    assert counts == sorted(counts, reverse=True)
+
+
+@pytest.mark.parametrize("nranks", [1, 3])
+def test_parallel_vocabulary_equals_a_plain_count(corpus, tmp_path, nranks):
+    from collections import Counter
+
+    result = launch(nranks, ["hvd-w2v", "vocab", corpus, "--out", str(tmp_path), "--min-count", "7"], timeout=120)
+    assert result.ok, result.output[-2000:]
+    expected = {w: c for w, c in Counter(open(corpus).read().split()).items() if c >= 7}
+    got = {w: int(c) for w, c in (line.split() for line in open(f"{tmp_path}/vocab.txt"))}
+    assert got == expected
 
 
 def test_planted_synonyms_are_neighbours(tmp_path):
