@@ -68,13 +68,18 @@ def test_text_and_binary_exports_agree_and_are_in_frequency_order(reference, cor
     assert counts == sorted(counts, reverse=True)
 
 
-@pytest.mark.parametrize("nranks", [1, 3])
-def test_parallel_vocabulary_equals_a_plain_count(corpus, tmp_path, nranks):
+@pytest.mark.parametrize("nranks, limit", [(1, 0), (3, 0), (3, 300)])
+def test_parallel_vocabulary_equals_a_plain_count(corpus, tmp_path, nranks, limit):
     from collections import Counter
 
-    result = launch(nranks, ["hvd-w2v", "vocab", corpus, "--out", str(tmp_path), "--min-count", "7"], timeout=120)
+    result = launch(nranks, ["hvd-w2v", "vocab", corpus, "--out", str(tmp_path), "--min-count", "7",
+                             "--max-vocab-size", str(limit)], timeout=120)
     assert result.ok, result.output[-2000:]
     expected = {w: c for w, c in Counter(open(corpus).read().split()).items() if c >= 7}
+    if limit:  # the most frequent words, with every word tied at the cut-off left out
+        floor = min(c for c in expected.values() if sum(x >= c for x in expected.values()) <= limit)
+        expected = {w: c for w, c in expected.items() if c >= floor}
+        assert 0 < len(expected) <= limit
     got = {w: int(c) for w, c in (line.split() for line in open(f"{tmp_path}/vocab.txt"))}
     assert got == expected
 
