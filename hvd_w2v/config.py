@@ -20,13 +20,13 @@ class Config:
     sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
     seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
     # Corpus positions in one global step, shared out over the ranks. Every update of a step comes from the
-    # same snapshot, so larger steps are cheaper but learn less per word: on 1.5M tokens of the real corpus,
-    # 3 epochs, WordSim353 was 0.24 at 1,024 and 2,048, 0.20 at 4,096 and ~0 at 8,192 (gensim: 0.20).
+    # same snapshot, so larger steps are cheaper but learn less per word (README, "How the step defaults
+    # were chosen": WordSim353 0.24 at 2,048, ~0 at 8,192).
     batch_words: int = 2048
     hot_rows: int = 256  # most frequent words replicated on every rank, their gradients summed by allreduce
     # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
-    # against the divergence of very frequent rows (at 1,024 the real corpus diverged in epoch 1; at 16
-    # WordSim353 fell from 0.25 to 0.17 on the 1.5M-token slice).
+    # against the divergence of very frequent rows (with a cap of 1,024, 2,048-position steps diverged on
+    # the real corpus in epoch 1); low caps slow frequent rows and cost quality (README table).
     update_cap: float = 64.0
     span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
 

@@ -167,6 +167,7 @@ _PAIRLIST_LIKE = (2, 3, 5, 6, 17, 239, 240)              # LISTSXP, CLOSXP, PROM
 #                                                       ATTRLANGSXP, ATTRLISTSXP
 _LGLSXP, _INTSXP, _REALSXP, _CPLXSXP, _STRSXP = 10, 13, 14, 15, 16
 _VECSXP, _EXPRSXP, _S4SXP, _RAWSXP = 19, 20, 25, 24
+_SKIPPED_VECTORS = {_LGLSXP: ("lgl", 4), _REALSXP: ("real", 8), _CPLXSXP: ("cplx", 16), _RAWSXP: ("raw", 1)}
 
 
 class _RUnserializer:
@@ -255,22 +256,11 @@ class _RUnserializer:
             n = self.length()
             value = ("ints", list(struct.unpack(">%di" % n, self.buf[self.pos:self.pos + 4 * n])))
             self.pos += 4 * n
-        elif sexp_type == _LGLSXP:
+        elif sexp_type in _SKIPPED_VECTORS:  # vectors the corpus does not need: skip their bytes
+            name, width = _SKIPPED_VECTORS[sexp_type]
             n = self.length()
-            self.pos += 4 * n
-            value = ("lgl", n)
-        elif sexp_type == _REALSXP:
-            n = self.length()
-            self.pos += 8 * n
-            value = ("real", n)
-        elif sexp_type == _CPLXSXP:
-            n = self.length()
-            self.pos += 16 * n
-            value = ("cplx", n)
-        elif sexp_type == _RAWSXP:
-            n = self.length()
-            self.pos += n
-            value = ("raw", n)
+            self.pos += width * n
+            value = (name, n)
         elif sexp_type == _STRSXP:
             value = [self.item() for _ in range(self.length())]
         elif sexp_type in (_VECSXP, _EXPRSXP):

@@ -84,7 +84,7 @@ def train(comm, cfg, vocab, stream, progress=True):
               f"{cfg.batch_words:,} positions, hot rows {hot.n}")
 
     stats = dict(loss=0.0, pairs=0.0, last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
-    window = np.zeros(3)  # loss, pairs, steps since the last report
+    report = np.zeros(3)  # loss, pairs, steps since the last report
     start = last_print = time.monotonic()
     for epoch in range(cfg.epochs):
         for s in range(steps):
@@ -95,14 +95,14 @@ def train(comm, cfg, vocab, stream, progress=True):
             hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
             batch = batches.build(stream, vocab, cfg, epoch, lo, hi)
             loss, pairs = _step(comm, exchange, hot, step_fn, batch, alpha, d, stats, cfg.sg, apply)
-            window += (loss, pairs, 1)
+            report += (loss, pairs, 1)
             if (done + 1) % REPORT_EVERY == 0 or done + 1 == total_steps:
                 # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
-                loss_sum, pair_sum, _ = comm.allreduce_dense(window)
+                loss_sum, pair_sum, _ = comm.allreduce_dense(report)
                 stats["loss"] += loss_sum
                 stats["pairs"] += pair_sum
                 stats["last_loss"] = loss_sum / max(pair_sum, 1)
-                window[:] = 0
+                report[:] = 0
                 now = time.monotonic()
                 if progress and (now - last_print >= 5 or done + 1 == total_steps):
                     last_print = now
