@@ -87,16 +87,16 @@ def test_parallel_vocabulary_equals_a_plain_count(corpus, tmp_path, nranks, limi
 def test_planted_synonyms_are_neighbours(tmp_path):
     """Quality floor on a synthetic corpus with 20 planted synonym pairs (hvd_w2v.synthetic).
 
-    Measured with these settings: hvd-w2v finds 14/20 partners among the 10 nearest words on 1 rank;
-    gensim 4.4 (same corpus, 2 epochs) finds 20/20. The floor of 10 leaves room for noise; an untrained or
-    mis-routed model finds about 0.
+    Measured with these settings: hvd-w2v finds 19/20 partners among the 10 nearest words on 1 and on 2 ranks;
+    gensim 4.4 (same corpus, 2 epochs, 2 workers) 20/20. The floor of 15 leaves room for noise; an untrained
+    or mis-routed model finds about 0.
     """
     corpus = str(tmp_path / "pairs.txt")
     generate(corpus, 60000, vocab=1000, pairs=20, first=20, seed=0)
     train(corpus, str(tmp_path / "out"), 2, "--batch-words", "256", "--format", "binary")
     kv = load(f"{tmp_path}/out/vectors.bin")
     found = sum(f"w{i + 1}" in [w for w, _ in kv.most_similar(f"w{i}", topn=10)] for i in range(20, 60, 2))
-    assert found >= 10, f"only {found} of 20 planted synonyms found"
+    assert found >= 15, f"only {found} of 20 planted synonyms found"
 
 
 @pytest.mark.mpi(2, 3)
