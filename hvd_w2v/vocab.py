@@ -18,6 +18,7 @@ import numpy as np
 
 from . import corpus
 from .errors import UserError
+from .shard import RowPlan
 
 NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
 CDF_DOMAIN = 2**31 - 1  # noise_cdf is scaled to this, as gensim's cum_table
@@ -112,8 +113,6 @@ def build(comm, paths, cfg, log=lambda m: None):
     lookup = {w: int(i) for (w, _), i in zip(mine, my_ids)}
 
     # Row owners get the strings and counts of their rows.
-    from .shard import RowPlan
-
     plan = RowPlan(size, comm.size)
     owner = plan.owner(my_ids)
     order = np.argsort(owner, kind="stable")
