@@ -146,6 +146,64 @@ def cmd_train(args):
     return 0
 
 
+EVAL_DIR = os.path.join("data", "real", "eval")
+
+
+def _load_vectors(path):
+    """Start the ranks and read a word2vec file, each rank keeping its own rows. Collective."""
+    from . import comm as comm_mod
+    from .comm import log
+    from .vectors import load
+
+    comm = comm_mod.init()
+    vectors = load(comm, path)
+    log(comm, f"load: {path}: {vectors.plan.vocab_size:,} words of {vectors.unit.shape[1]} dimensions, "
+              f"{vectors.plan}")
+    return comm, vectors
+
+
+def cmd_evaluate(args):
+    """Analogy accuracy and word-similarity correlations of a word2vec file, scored on the sharded rows."""
+    from . import evaluate
+
+    if args.restrict < 1:
+        raise UserError(f"--restrict must be at least 1, not {args.restrict}")
+    comm, vectors = _load_vectors(args.vectors)
+    rows = []
+    if args.analogies:
+        a = evaluate.analogies(vectors, args.analogies, restrict=args.restrict, method=args.method)
+        rows.append((f"analogy {os.path.basename(args.analogies)} ({args.method}, top {args.restrict:,})",
+                     a["accuracy"], f"{a['correct']:,}/{a['total']:,} correct", f"{a['skipped']:,} skipped"))
+        if args.sections:
+            rows += [(f"  {name}", c / t if t else float("nan"), f"{c:,}/{t:,} correct", "")
+                     for name, c, t in a["sections"]]
+    for path in args.similarity or []:
+        r = evaluate.similarity(vectors, path)
+        rows.append((f"similarity {os.path.basename(path)} (Spearman)", r["spearman"], f"{r['pairs']:,} pairs",
+                     f"{r['oov']:,} out of vocabulary"))
+    if comm.rank == 0:
+        width = max(len(r[0]) for r in rows) if rows else 4
+        print(f"{'test':{width}}  {'score':>6}  {'count':22}  left out")
+        for name, score, n, skipped in rows:
+            print(f"{name:{width}}  {score:6.3f}  {n:22}  {skipped}".rstrip())
+    return 0
+
+
+def cmd_neighbors(args):
+    """The nearest words (cosine) of each given word, scored on the sharded rows."""
+    comm, vectors = _load_vectors(args.vectors)
+    if args.topn < 1:
+        raise UserError(f"--topn must be at least 1, not {args.topn}")
+    words = [w.encode() for w in args.words]
+    shown = vectors.neighbors(words, topn=args.topn)
+    if comm.rank == 0:
+        for w in words:
+            near = shown.get(w)
+            print(f"{w.decode()}: " + (", ".join(f"{x.decode()} {s:.2f}" for s, x in near) if near is not None
+                                       else "not in the vocabulary"))
+    return 0
+
+
 def add_train_options(p):
     from .config import Config
 
@@ -199,6 +257,29 @@ def parser():
                        epilog="example: mpi/launch -n 4 hvd-w2v vocab corpus.txt --out runs/mine --min-count 10")
     add_train_options(v)
     v.set_defaults(func=cmd_vocab)
+    e = sub.add_parser("evaluate", help="analogy accuracy and word-similarity correlations of a word2vec file",
+                       description="Score a word2vec file (binary if it ends in .bin) with the word-analogy and "
+                                   "word-similarity tests, as gensim's evaluators do, on any rank count: each "
+                                   "rank reads and scores only its own rows.",
+                       epilog="example: mpi/launch -n 2 hvd-w2v evaluate runs/default/vectors.bin --method 3cosmul")
+    e.add_argument("vectors", help="word2vec file: .bin binary, else text")
+    e.add_argument("--analogies", default=os.path.join(EVAL_DIR, "questions-words.txt"), metavar="FILE",
+                   help="questions-words.txt format, '' for none (default: %(default)s)")
+    e.add_argument("--similarity", nargs="*", metavar="FILE",
+                   default=[os.path.join(EVAL_DIR, "wordsim353.tsv"), os.path.join(EVAL_DIR, "simlex999.txt")],
+                   help="'word1<TAB>word2<TAB>score' files (default: %(default)s)")
+    e.add_argument("--restrict", type=int, default=30000,
+                   help="analogies: only the most frequent words, as gensim's restrict_vocab (default: %(default)s)")
+    e.add_argument("--method", choices=["3cosadd", "3cosmul"], default="3cosadd",
+                   help="analogy objective (default: %(default)s)")
+    e.add_argument("--sections", action="store_true", help="also print the accuracy of each analogy section")
+    e.set_defaults(func=cmd_evaluate)
+    n = sub.add_parser("neighbors", help="nearest words of the given words in a word2vec file",
+                       epilog="example: mpi/launch -n 2 hvd-w2v neighbors runs/default/vectors.bin king water")
+    n.add_argument("vectors", help="word2vec file: .bin binary, else text")
+    n.add_argument("words", nargs="+", metavar="WORD", help="words to look up (exact spelling)")
+    n.add_argument("--topn", type=int, default=10, help="neighbours per word (default: %(default)s)")
+    n.set_defaults(func=cmd_neighbors)
     return p
 
 

@@ -1,6 +1,8 @@
 """Queries on the sharded model: each rank scores its own rows, the top-k lists are merged on rank 0.
 
 No rank gathers the matrix: per query, one row travels to every rank and k (score, word) pairs come back.
+:func:`load` builds the same sharded model from a word2vec file, each rank keeping only its own rows
+(hvd_w2v.evaluate scores analogies and word similarities on it).
 """
 import numpy as np
 
@@ -13,6 +15,32 @@ class ShardedVectors:
         norms = np.linalg.norm(w_in, axis=1, keepdims=True)
         self.unit = w_in / np.maximum(norms, 1e-12)
         self.words = vocab.row_words
+        self._folds = None
+
+    @property
+    def folds(self):
+        """This rank's rows by folded word (:func:`fold`): ``keys[k]`` of local row k, ``rows[key]`` ascending."""
+        if self._folds is None:
+            keys = [fold(w) for w in self.words]
+            rows = {}
+            for k, key in enumerate(keys):
+                rows.setdefault(key, []).append(k)
+            self._folds = (keys, rows)
+        return self._folds
+
+    def folded_ids(self, words):
+        """Lowest id of a word whose folded form is each word's (or -1): gensim's case-insensitive lookup.
+
+        Asked of the row owners (each knows its rows' words). Collective; same list on all ranks.
+        """
+        rows = self.folds[1]
+        keys = [fold(w) for w in words]
+        found = {key: rows[key][0] * self.comm.size + self.comm.rank for key in set(keys) if key in rows}
+        merged = {}
+        for part in self.comm.allgather(found):
+            for key, i in part.items():
+                merged[key] = min(i, merged.get(key, i))
+        return [merged.get(k, -1) for k in keys]
 
     def ids(self, words):
         """Word id of each word (or -1), asked of each word's hash owner. Collective; same list on all ranks."""
@@ -60,3 +88,130 @@ class ShardedVectors:
         if result is None:
             return None
         return {words[j]: r for j, r in zip(known, result)}
+
+
+def fold(word):
+    """The case-insensitive key of a word (bytes or str): upper case, as gensim's evaluators fold words."""
+    if isinstance(word, bytes):
+        word = word.decode("utf-8", "replace")
+    return word.upper()
+
+
+class LoadedVocab:
+    """What ShardedVectors needs of a vocabulary, for vectors read from a file (see :func:`load`)."""
+
+    def __init__(self, size, lookup, row_words):
+        self.size = size
+        self.lookup = lookup  # {word bytes: id} for the words this rank hash-owns (hash64(word) % P)
+        self.row_words = row_words  # [bytes]: words of this rank's rows, local row order
+
+
+class _Reader:
+    """Buffered reads of a word2vec file: up to a delimiter, or an exact number of bytes."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, f):
+        self.f, self.buf, self.pos = f, b"", 0
+
+    def _fill(self):
+        more = self.f.read(self.CHUNK)
+        self.buf = self.buf[self.pos:] + more
+        self.pos = 0
+        return bool(more)
+
+    def until(self, delim):
+        """Bytes up to ``delim`` (consumed, not returned); None at end of file."""
+        while True:
+            end = self.buf.find(delim, self.pos)
+            if end >= 0:
+                out = self.buf[self.pos:end]
+                self.pos = end + 1
+                return out
+            if not self._fill():
+                return None
+
+    def exactly(self, n):
+        """``n`` bytes, or None when the file ends first."""
+        while len(self.buf) - self.pos < n:
+            if not self._fill():
+                return None
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+
+def _read_word2vec(path, keep):
+    """Yield (id, word, row or None) for every record of ``path``; rows only for ids where keep(id).
+
+    Raises ValueError with a message on a malformed file. First yields (size, dim) as a header.
+    """
+    binary = path.endswith(".bin")
+    with open(path, "rb") as f:
+        r = _Reader(f)
+        header = r.until(b"\n")
+        try:
+            size, dim = (int(x) for x in (header or b"").split())
+            if size < 1 or dim < 1:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{path} is not a word2vec file: its first line should be '<words> <dimensions>'")
+        yield size, dim
+        width = 4 * dim
+        for i in range(size):
+            if binary:
+                word = r.until(b" ")
+                data = None if word is None else r.exactly(width)
+                if data is None:
+                    raise ValueError(f"{path} is truncated: it ends in vector {i + 1:,} of {size:,}")
+                word = word.lstrip(b"\n")
+                if not word:
+                    raise ValueError(f"{path} is not a binary word2vec file: vector {i + 1:,} has no word")
+                yield i, word, np.frombuffer(data, "<f4").astype(np.float32) if keep(i) else None
+            else:
+                line = r.until(b"\n")
+                if line is None:
+                    raise ValueError(f"{path} is truncated: it ends before vector {i + 1:,} of {size:,}")
+                parts = line.rstrip(b"\r").split(b" ")
+                parts = [p for p in parts if p] if len(parts) != dim + 1 else parts
+                if len(parts) != dim + 1:
+                    raise ValueError(f"{path} line {i + 2:,}: expected a word and {dim} numbers, "
+                                     f"found {len(parts)} fields")
+                row = None
+                if keep(i):
+                    try:
+                        row = np.array([float(x) for x in parts[1:]], np.float32)
+                    except ValueError:
+                        raise ValueError(f"{path} line {i + 2:,}: not a number in the vector of {parts[0]!r}")
+                yield i, parts[0], row
+
+
+def load(comm, path):
+    """Read a word2vec file (binary if ``path`` ends in .bin, else text) as a :class:`ShardedVectors`.
+
+    Streamed: every rank reads the file and keeps only the rows it owns under ``RowPlan(V, P)`` (a word's id
+    is its record index: our exports are in frequency order) and the ``word -> id`` entries it hash-owns.
+    Collective. Raises UserError on every rank for a missing, malformed or truncated file.
+    """
+    from .errors import UserError
+    from .shard import RowPlan
+    from .vocab import hash64
+
+    error, plan, rows, words, lookup = None, None, [], [], {}
+    try:
+        records = _read_word2vec(path, lambda i: i % comm.size == comm.rank)
+        size, dim = next(records)
+        plan = RowPlan(size, comm.size)
+        for i, word, row in records:
+            if hash64(word) % comm.size == comm.rank:
+                lookup.setdefault(word, i)
+            if row is not None:
+                words.append(word)
+                rows.append(row)
+    except OSError as e:
+        error = f"cannot read {path}: {e.strerror}"
+    except ValueError as e:
+        error = str(e)
+    comm.agree(error)
+    w = np.stack(rows) if rows else np.zeros((0, dim), np.float32)
+    return ShardedVectors(comm, plan, LoadedVocab(size, lookup, words), w)
