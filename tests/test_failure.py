@@ -1,0 +1,40 @@
+"""A rank that dies mid-training (kill -9) ends the whole job promptly, with a non-zero exit, no hang."""
+import os
+import signal
+import subprocess
+import time
+
+from conftest import LAUNCH, ROOT, _kill_group
+from hvd_w2v.synthetic import generate
+
+BOUND = 30  # seconds from the kill to the end of the job
+
+
+def test_kill_9_of_one_rank_ends_the_job(tmp_path):
+    corpus = tmp_path / "zipf.txt"
+    generate(str(corpus), 200000, vocab=2000, seed=2)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(LAUNCH), "-n", "2", "--threads", "1", "hvd-w2v", "train", str(corpus),
+                             "--out", str(out), "--epochs", "100", "--batch-words", "256", "--show", ""],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "ids" / "stream.json").exists():  # training starts right after encoding
+            assert proc.poll() is None and time.monotonic() < deadline, "the job did not reach training"
+            time.sleep(0.5)
+        time.sleep(3)
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(ranks) == 2, f"expected 2 rank processes under mpirun, found {ranks}"
+        os.kill(int(ranks[1]), signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=BOUND + 30)
+        ended = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+    print(f"job ended {ended:.2f} s after kill -9 of one rank, exit code {proc.returncode}")
+    assert proc.returncode != 0
+    assert ended < BOUND, f"the job took {ended:.1f} s to end after a rank was killed"
+    leftover = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"ranks left running: {leftover}"
+    assert not (out / "vectors.bin").exists() and not (out / "vectors.bin.tmp").exists()
