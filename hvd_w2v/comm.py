@@ -45,19 +45,21 @@ class Comm:
         return self.hvd.broadcast(tf.convert_to_tensor(array), root, name=f"bcast.{self._calls}").numpy()
 
     # -- sparse, per-destination traffic: mpi4py -----------------------------------------------------
-    def alltoallv(self, send, counts):
+    def alltoallv(self, send, counts, recv_counts=None):
         """Exchange rows by destination.
 
         ``send`` holds the rows for rank 0, then rank 1, ... (any dtype, shape ``[n, *row]``), ``counts[d]``
         rows for rank ``d``. Returns ``(recv, recv_counts)``: the rows from rank 0, then rank 1, ..., in the
-        order each sender listed them.
+        order each sender listed them. A caller that already knows ``recv_counts`` (the reply to an earlier
+        exchange) passes it and saves the Alltoall of counts.
         """
         from mpi4py import MPI
 
         send = np.ascontiguousarray(send)
         counts = np.asarray(counts, dtype=np.int64)
-        recv_counts = np.empty(self.size, dtype=np.int64)
-        self.mpi.Alltoall(counts, recv_counts)
+        if recv_counts is None:
+            recv_counts = np.empty(self.size, dtype=np.int64)
+            self.mpi.Alltoall(counts, recv_counts)
         row = int(np.prod(send.shape[1:], dtype=np.int64))
         recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype)
         mpi_type = MPI._typedict[send.dtype.char]

@@ -40,7 +40,7 @@ class Exchange:
     def gather(self, route):
         """Stage 2 (collective): owners send back the asked rows. Returns float32[n, d], rows of route.keys."""
         rows = self._rows(route.asked)
-        got, _ = self.comm.alltoallv(rows, route.asked_counts)
+        got, _ = self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts)
         self._count(rows, route.asked_counts)
         return got
 
@@ -50,11 +50,15 @@ class Exchange:
         ``updates`` float32[n, d + 1]: an update row and, last, how many SGD updates it sums. The owner sums
         the rows received for each of its rows (in rank order) and calls ``apply(table, local_rows, sums)``.
         """
-        got, _ = self.comm.alltoallv(np.ascontiguousarray(updates, dtype=np.float32), route.counts)
+        got, _ = self.comm.alltoallv(np.ascontiguousarray(updates, dtype=np.float32), route.counts,
+                                     recv_counts=route.asked_counts)
         self._count(updates, route.counts)
-        keys, where = np.unique(route.asked, return_inverse=True)
-        sums = np.zeros((len(keys), got.shape[1]), np.float32)
-        np.add.at(sums, where, got)
+        # Sum the rows received for each key: sort by key (stable, so rank order is kept), add runs.
+        order = np.argsort(route.asked, kind="stable")
+        asked = route.asked[order]
+        starts = np.flatnonzero(np.concatenate(([True], asked[1:] != asked[:-1]))) if len(asked) else asked
+        keys = asked[starts]
+        sums = np.add.reduceat(got[order], starts, axis=0) if len(asked) else got
         for m, table in enumerate(self.tables):
             sel = (keys & 1) == m
             apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel])

@@ -54,9 +54,9 @@ class HotRows:
         apply them to every replica with ``apply(table, rows, sums)`` (collective)."""
         if self.n:
             sums = self.comm.allreduce_dense(updates)
-            everything = np.arange(self.n)
-            apply(self.rows[0], everything, sums[0])
-            apply(self.rows[1], everything, sums[1])
+            for m in (0, 1):
+                touched = np.flatnonzero(sums[m, :, -1])  # rows no rank updated are left alone
+                apply(self.rows[m], touched, sums[m, touched])
 
     def write_back(self):
         """Copy the replicas into the owners' slices (before export or checkpoint)."""
