@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from . import corpus
-from .vocab import exchange_words, hash64
+from .vocab import by_hash_owner, exchange_words
 
 SENTENCE_END = -1
 
@@ -51,9 +51,7 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None):
 
 def lookup(comm, vocab, sents):
     """{token: id or -1} for the tokens of ``sents``, asked of each token's hash owner (collective)."""
-    words = sorted({t for tokens in sents for t in tokens}, key=lambda w: hash64(w) % comm.size)
-    owners = np.fromiter((hash64(w) % comm.size for w in words), dtype=np.int64, count=len(words))
-    per_dest = np.bincount(owners, minlength=comm.size)
+    words, per_dest = by_hash_owner({t for tokens in sents for t in tokens}, comm.size)
     asked = exchange_words(comm, words, per_dest)
     answers = np.fromiter((vocab.lookup.get(w, -1) for w in asked), dtype=np.int64, count=len(asked))
     # Answers go back to the askers: as many to each source as it asked (the transpose of per_dest).
@@ -68,7 +66,6 @@ class TokenStream:
         with open(os.path.join(folder, "stream.json")) as f:
             index = json.load(f)
         self.raw_words = index["raw_words"]
-        self.vocab_size = index["vocab_size"]
         self.parts = [np.memmap(os.path.join(folder, f"ids.{r:05d}.i32"), dtype=np.int32, mode="r", shape=(n,))
                       if n else np.zeros(0, np.int32) for r, n in enumerate(index["parts"])]
         self.starts = np.concatenate(([0], np.cumsum(index["parts"]))).astype(np.int64)

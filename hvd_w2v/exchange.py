@@ -53,12 +53,14 @@ class Exchange:
         got, _ = self.comm.alltoallv(np.ascontiguousarray(updates, dtype=np.float32), route.counts,
                                      recv_counts=route.asked_counts)
         self._count(updates, route.counts)
+        if not len(got):
+            return
         # Sum the rows received for each key: sort by key (stable, so rank order is kept), add runs.
         order = np.argsort(route.asked, kind="stable")
         asked = route.asked[order]
-        starts = np.flatnonzero(np.concatenate(([True], asked[1:] != asked[:-1]))) if len(asked) else asked
+        starts = np.flatnonzero(np.concatenate(([True], asked[1:] != asked[:-1])))
         keys = asked[starts]
-        sums = np.add.reduceat(got[order], starts, axis=0) if len(asked) else got
+        sums = np.add.reduceat(got[order], starts, axis=0)
         for m, table in enumerate(self.tables):
             sel = (keys & 1) == m
             apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel])

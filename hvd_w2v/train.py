@@ -42,9 +42,7 @@ class HotRows:
     def __init__(self, comm, model, n):
         self.comm, self.model, self.n = comm, model, n
         block = np.zeros((2, n, model.w_in.shape[1]), np.float32)
-        mine = model.plan.ids(comm.rank)
-        mine = mine[mine < n]
-        local = model.plan.local_row(mine)
+        mine, local = self._mine()
         block[0, mine], block[1, mine] = model.w_in[local], model.w_out[local]
         # Horovod: every rank contributes the hot rows it owns (zeros elsewhere); the sum is the full block.
         self.rows = comm.allreduce_dense(block) if n else block
@@ -58,11 +56,15 @@ class HotRows:
                 touched = np.flatnonzero(sums[m, :, -1])  # rows no rank updated are left alone
                 apply(self.rows[m], touched, sums[m, touched])
 
-    def write_back(self):
-        """Copy the replicas into the owners' slices (before export or checkpoint)."""
+    def _mine(self):
+        """The hot ids this rank owns, and their rows in its slice."""
         mine = self.model.plan.ids(self.comm.rank)
         mine = mine[mine < self.n]
-        local = self.model.plan.local_row(mine)
+        return mine, self.model.plan.local_row(mine)
+
+    def write_back(self):
+        """Copy the replicas into the owners' slices (before export or checkpoint)."""
+        mine, local = self._mine()
         self.model.w_in[local], self.model.w_out[local] = self.rows[0, mine], self.rows[1, mine]
 
 
@@ -83,7 +85,7 @@ def train(comm, cfg, vocab, stream, progress=True):
     log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} steps of "
               f"{cfg.batch_words:,} positions, hot rows {hot.n}")
 
-    stats = dict(loss=0.0, pairs=0.0, last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
+    stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
     report = np.zeros(3)  # loss, pairs, steps since the last report
     start = last_print = time.monotonic()
     for epoch in range(cfg.epochs):
@@ -99,8 +101,6 @@ def train(comm, cfg, vocab, stream, progress=True):
             if (done + 1) % REPORT_EVERY == 0 or done + 1 == total_steps:
                 # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
                 loss_sum, pair_sum, _ = comm.allreduce_dense(report)
-                stats["loss"] += loss_sum
-                stats["pairs"] += pair_sum
                 stats["last_loss"] = loss_sum / max(pair_sum, 1)
                 report[:] = 0
                 now = time.monotonic()

@@ -73,13 +73,8 @@ def build(comm, paths, cfg, log=lambda m: None):
     log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(local)):,} distinct tokens on all ranks")
 
     # Hash owners sum the counts of their words: send (word, count) pairs to hash64(word) % P.
-    words = list(local)
-    hashes = np.fromiter((hash64(w) for w in words), dtype=np.uint64, count=len(words))
-    owners = (hashes % np.uint64(comm.size)).astype(np.int64)
-    order = np.argsort(owners, kind="stable")
-    words = [words[i] for i in order]
+    words, per_dest = by_hash_owner(local, comm.size)
     sent_counts = np.array([local[w] for w in words], dtype=np.int64)
-    per_dest = np.bincount(owners, minlength=comm.size)
     got_words = exchange_words(comm, words, per_dest)
     got_counts, _ = comm.alltoallv(sent_counts, per_dest)
     merged = Counter()
@@ -153,6 +148,14 @@ def _count_floor(comm, counts, limit):
         else:
             lo = mid + 1
     return lo
+
+
+def by_hash_owner(words, ranks):
+    """``words`` ordered by hash owner (``hash64(word) % ranks``, stable), and how many go to each rank."""
+    words = list(words)
+    owners = np.fromiter((hash64(w) % ranks for w in words), dtype=np.int64, count=len(words))
+    order = np.argsort(owners, kind="stable")
+    return [words[i] for i in order], np.bincount(owners, minlength=ranks)
 
 
 def exchange_words(comm, words, per_dest):
