@@ -23,7 +23,7 @@ class Config:
     # same snapshot, so larger steps are cheaper but learn less per word (README, "How the step defaults
     # were chosen": WordSim353 0.24 at 2,048, ~0 at 8,192).
     batch_words: int = 2048
-    hot_rows: int = 256  # most frequent words replicated on every rank, their gradients summed by allreduce
+    hot_rows: int = 0  # most frequent words replicated on every rank, their gradients summed by allreduce
     # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
     # against the divergence of very frequent rows (with a cap of 1,024, 2,048-position steps diverged on
     # the real corpus in epoch 1); low caps slow frequent rows and cost quality (README table).

@@ -1,4 +1,4 @@
-"""The sparse exchange, in three named stages: route keys, gather rows, scatter updates.
+"""The sparse exchange, in three named stages: route keys, gather rows, scatter updates; and the hot rows.
 
 A *key* names one row of one matrix: ``key = 2 * id + m`` with ``m = 0`` for W_in and ``1`` for W_out, so
 one alltoall serves both matrices. Keys sent by a rank are unique; every split is in rank order.
@@ -12,7 +12,7 @@ import numpy as np
 class Route:
     """One step's traffic plan, from the asking side (``keys``) and the owning side (``asked``)."""
 
-    keys: np.ndarray  # int64[n]: the keys this rank needs, sorted by owner (rank order)
+    keys: np.ndarray  # int64[n]: the keys this rank needs, grouped by owner (rank order)
     counts: np.ndarray  # int64[P]: how many of ``keys`` go to each owner
     asked: np.ndarray  # int64[m]: keys other ranks asked of this rank, by source rank
     asked_counts: np.ndarray  # int64[P]: how many each source asked
@@ -27,22 +27,21 @@ class Exchange:
         self.tables = tables  # (W_in slice, W_out slice): float32[rows(rank), d] each, local row order
         self.bytes_sent = 0  # to other ranks, over the whole run
 
-    def route(self, keys):
-        """Stage 1 (collective): send each owner the keys needed from it. ``keys``: unique int64."""
-        owner = self.plan.owner(keys >> 1)
-        order = np.argsort(owner, kind="stable")
-        keys = keys[order]
-        counts = np.bincount(owner, minlength=self.comm.size).astype(np.int64)
+    def route(self, keys, counts):
+        """Stage 1 (collective): send each owner the keys needed from it.
+
+        ``keys``: unique int64, grouped by owner in rank order, ``counts[r]`` of them owned by rank ``r``.
+        """
         asked, asked_counts = self.comm.alltoallv(keys, counts)
         self._count(keys, counts)
         return Route(keys, counts, asked, asked_counts)
 
-    def gather(self, route):
-        """Stage 2 (collective): owners send back the asked rows. Returns float32[n, d], rows of route.keys."""
+    def gather(self, route, out):
+        """Stage 2 (collective): owners send back the asked rows, received into ``out`` (float32[n, d], the
+        rows of route.keys in order)."""
         rows = self._rows(route.asked)
-        got, _ = self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts)
+        self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts, out=out)
         self._count(rows, route.asked_counts)
-        return got
 
     def scatter(self, route, updates, apply):
         """Stage 3 (collective): send the updates of route.keys to their owners, who apply them.
@@ -50,17 +49,17 @@ class Exchange:
         ``updates`` float32[n, d + 1]: an update row and, last, how many SGD updates it sums. The owner sums
         the rows received for each of its rows (in rank order) and calls ``apply(table, local_rows, sums)``.
         """
-        got, _ = self.comm.alltoallv(np.ascontiguousarray(updates, dtype=np.float32), route.counts,
-                                     recv_counts=route.asked_counts)
+        got, _ = self.comm.alltoallv(updates, route.counts, recv_counts=route.asked_counts)
         self._count(updates, route.counts)
-        if not len(got):
-            return
-        # Sum the rows received for each key: sort by key (stable, so rank order is kept), add runs.
-        order = np.argsort(route.asked, kind="stable")
-        asked = route.asked[order]
-        starts = np.flatnonzero(np.concatenate(([True], asked[1:] != asked[:-1])))
-        keys = asked[starts]
-        sums = np.add.reduceat(got[order], starts, axis=0)
+        if self.comm.size == 1:
+            keys, sums = route.asked, got  # one source: its keys are unique already
+        else:
+            # Each source's keys are unique, so a fancy-index add per source is exact; sources in rank order.
+            keys, slot = np.unique(route.asked, return_inverse=True)
+            sums = np.zeros((len(keys), got.shape[1]), np.float32)
+            ends = np.cumsum(route.asked_counts)
+            for lo, hi in zip(ends - route.asked_counts, ends):
+                sums[slot[lo:hi]] += got[lo:hi]
         for m, table in enumerate(self.tables):
             sel = (keys & 1) == m
             apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel])
@@ -76,3 +75,37 @@ class Exchange:
             sel = (keys & 1) == m
             out[sel] = table[self.plan.local_row(keys[sel] >> 1)]
         return out
+
+
+class HotRows:
+    """Replicas of the ``n`` most frequent words' rows (ids ``0..n-1``) on every rank, kept equal by summing
+    their updates with a Horovod allreduce each step. ``rows`` is float32[2n, d], indexed by key."""
+
+    def __init__(self, comm, model, n):
+        self.comm, self.model, self.n = comm, model, n
+        self.rows = np.zeros((2 * n, model.w_in.shape[1]), np.float32)
+        mine, local = self._mine()
+        self.rows[2 * mine], self.rows[2 * mine + 1] = model.w_in[local], model.w_out[local]
+        # Horovod: every rank contributes the hot rows it owns (zeros elsewhere); the sum is the full block.
+        self.rows = comm.allreduce_dense(self.rows)
+
+    def apply(self, keys, updates, apply):
+        """Sum this rank's ``updates`` of hot ``keys`` (float32[k, d + 1], update rows and their SGD-update
+        counts) over ranks and apply them to every replica with ``apply(table, rows, sums)`` (collective)."""
+        if self.n:
+            block = np.zeros((len(self.rows), updates.shape[1]), np.float32)
+            block[keys] = updates
+            sums = self.comm.allreduce_dense(block)
+            touched = np.flatnonzero(sums[:, -1])  # rows no rank updated are left alone
+            apply(self.rows, touched, sums[touched])
+
+    def _mine(self):
+        """The hot ids this rank owns, and their rows in its slice."""
+        mine = self.model.plan.ids(self.comm.rank)
+        mine = mine[mine < self.n]
+        return mine, self.model.plan.local_row(mine)
+
+    def write_back(self):
+        """Copy the replicas into the owners' slices (before export or checkpoint)."""
+        mine, local = self._mine()
+        self.model.w_in[local], self.model.w_out[local] = self.rows[2 * mine], self.rows[2 * mine + 1]

@@ -14,10 +14,10 @@ import numpy as np
 
 from . import batches, rng
 from .comm import log
-from .exchange import Exchange
+from .exchange import Exchange, HotRows
 from .shard import RowPlan
 
-REPORT_EVERY = 50  # steps between loss/counter allreduces (a collective, so on a step count, not a clock)
+REPORT_EVERY = 200  # steps between loss/counter allreduces (a collective, so on a step count, not a clock)
 
 
 class ShardedModel:
@@ -35,39 +35,6 @@ class ShardedModel:
         return cls(plan, w_in.reshape(len(ids), cfg.dim), np.zeros((len(ids), cfg.dim), np.float32))
 
 
-class HotRows:
-    """Replicas of the ``n`` most frequent words' rows (ids ``0..n-1``) on every rank, kept equal by
-    summing their updates with a Horovod allreduce each step."""
-
-    def __init__(self, comm, model, n):
-        self.comm, self.model, self.n = comm, model, n
-        block = np.zeros((2, n, model.w_in.shape[1]), np.float32)
-        mine, local = self._mine()
-        block[0, mine], block[1, mine] = model.w_in[local], model.w_out[local]
-        # Horovod: every rank contributes the hot rows it owns (zeros elsewhere); the sum is the full block.
-        self.rows = comm.allreduce_dense(block) if n else block
-
-    def apply(self, updates, apply):
-        """Sum ``updates`` (float32[2, n, d + 1], update rows and their SGD-update counts) over ranks and
-        apply them to every replica with ``apply(table, rows, sums)`` (collective)."""
-        if self.n:
-            sums = self.comm.allreduce_dense(updates)
-            for m in (0, 1):
-                touched = np.flatnonzero(sums[m, :, -1])  # rows no rank updated are left alone
-                apply(self.rows[m], touched, sums[m, touched])
-
-    def _mine(self):
-        """The hot ids this rank owns, and their rows in its slice."""
-        mine = self.model.plan.ids(self.comm.rank)
-        mine = mine[mine < self.n]
-        return mine, self.model.plan.local_row(mine)
-
-    def write_back(self):
-        """Copy the replicas into the owners' slices (before export or checkpoint)."""
-        mine, local = self._mine()
-        self.model.w_in[local], self.model.w_out[local] = self.rows[0, mine], self.rows[1, mine]
-
-
 def train(comm, cfg, vocab, stream, progress=True):
     """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective."""
     from . import sgns
@@ -81,7 +48,6 @@ def train(comm, cfg, vocab, stream, progress=True):
     n = len(stream)
     steps = math.ceil(n / cfg.batch_words)
     total_steps = steps * cfg.epochs
-    d = cfg.dim
     log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} steps of "
               f"{cfg.batch_words:,} positions, hot rows {hot.n}")
 
@@ -96,7 +62,7 @@ def train(comm, cfg, vocab, stream, progress=True):
             lo = glo + (ghi - glo) * comm.rank // comm.size
             hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
             batch = batches.build(stream, vocab, cfg, epoch, lo, hi)
-            loss, pairs = _step(comm, exchange, hot, step_fn, batch, alpha, d, stats, cfg.sg, apply)
+            loss, pairs = _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply)
             report += (loss, pairs, 1)
             if (done + 1) % REPORT_EVERY == 0 or done + 1 == total_steps:
                 # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
@@ -119,56 +85,44 @@ def train(comm, cfg, vocab, stream, progress=True):
     return model, stats
 
 
-def _step(comm, exchange, hot, step_fn, batch, alpha, d, stats, sg, apply):
-    """One step on this rank's examples; collective even when ``batch`` is empty."""
-    in_ids = np.unique(batch.contexts[batch.contexts >= 0])
-    out_ids = np.unique(np.concatenate((batch.centres, batch.negatives.ravel())))
-    in_hot, out_hot = in_ids < hot.n, out_ids < hot.n
-    keys = np.concatenate((2 * in_ids[~in_hot], 2 * out_ids[~out_hot] + 1))
+OWNER_SHIFT = 40  # step keys carry their owner above this bit (ids stay below 2**39), so one sort groups them
+
+
+def _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply):
+    """One step on this rank's examples; collective even when ``batch`` is empty.
+
+    Every row the step touches gets one slot in a table of unique keys, sorted by owner with the hot rows
+    (owner "P", served by the local replicas) last: gathered rows land in that table, TensorFlow computes
+    the updates of its rows, and the cold part is scattered back to the owners in the same order.
+    """
+    valid = batch.contexts >= 0
+    targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
+    keys = np.concatenate((2 * batch.contexts[valid], 2 * targets.ravel() + 1))
+    ids = keys >> 1
+    owner = np.where(ids < hot.n, comm.size, exchange.plan.owner(ids))
+    tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
+    counts = np.bincount(tagged >> OWNER_SHIFT, minlength=comm.size + 1)
+    keys = tagged & ((1 << OWNER_SHIFT) - 1)
+    cold = len(keys) - counts[-1]
 
     t0 = time.monotonic()
-    route = exchange.route(keys)
-    rows = exchange.gather(route)
+    route = exchange.route(keys[:cold], counts[:-1])
+    rows = np.empty((len(keys), hot.rows.shape[1]), np.float32)
+    exchange.gather(route, rows[:cold])
+    rows[cold:] = hot.rows[keys[cold:]]
     t1 = time.monotonic()
-    # Rows of the step: hot ones from the local replicas, the rest as gathered (route.keys order).
-    in_rows = np.empty((len(in_ids), d), np.float32)
-    out_rows = np.empty((len(out_ids), d), np.float32)
-    in_rows[in_hot], out_rows[out_hot] = hot.rows[0, in_ids[in_hot]], hot.rows[1, out_ids[out_hot]]
-    is_out = (route.keys & 1).astype(bool)
-    in_rows[np.searchsorted(in_ids, route.keys[~is_out] >> 1)] = rows[~is_out]
-    out_rows[np.searchsorted(out_ids, route.keys[is_out] >> 1)] = rows[is_out]
 
-    ctx = np.where(batch.contexts >= 0, np.searchsorted(in_ids, batch.contexts), -1).astype(np.int32)
-    tgt = np.searchsorted(out_ids, np.concatenate((batch.centres[:, None], batch.negatives), axis=1))
-    d_in, d_out, loss, pairs = step_fn(in_rows, out_rows, ctx, tgt.astype(np.int32), np.float32(alpha))
-    in_counts, out_counts = _update_counts(ctx, tgt, len(in_ids), len(out_ids), sg)
-    d_in, d_out = np.hstack((d_in.numpy(), in_counts)), np.hstack((d_out.numpy(), out_counts))
+    ctx = np.full(batch.contexts.shape, -1, np.int32)
+    ctx[valid] = slot[:valid.sum()]
+    tgt = slot[valid.sum():].reshape(targets.shape).astype(np.int32)
+    updates, loss, pairs = step_fn(rows, ctx, tgt, np.float32(alpha))
+    updates = updates.numpy()
 
     t2 = time.monotonic()
-    cold = np.empty((len(route.keys), d + 1), np.float32)
-    cold[~is_out] = d_in[np.searchsorted(in_ids, route.keys[~is_out] >> 1)]
-    cold[is_out] = d_out[np.searchsorted(out_ids, route.keys[is_out] >> 1)]
-    exchange.scatter(route, cold, apply)
-    hot_updates = np.zeros((2, hot.n, d + 1), np.float32)
-    hot_updates[0, in_ids[in_hot]], hot_updates[1, out_ids[out_hot]] = d_in[in_hot], d_out[out_hot]
-    hot.apply(hot_updates, apply)
+    exchange.scatter(route, updates[:cold], apply)
+    hot.apply(keys[cold:], updates[cold:], apply)
     stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2)
     return float(loss), float(pairs)
-
-
-def _update_counts(ctx, tgt, n_in, n_out, sg):
-    """How many word2vec.c SGD updates each step row sums: float32[n_in, 1] and float32[n_out, 1].
-
-    A context occurrence is one update of its W_in row; an output row gets one update per (context, target)
-    pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
-    """
-    valid = ctx >= 0
-    tmask = np.ones(tgt.shape, np.float32)
-    tmask[:, 1:] = tgt[:, 1:] != tgt[:, :1]
-    weight = tmask * valid.sum(axis=1, keepdims=True) if sg else tmask
-    in_counts = np.bincount(ctx[valid], minlength=n_in).astype(np.float32)
-    out_counts = np.bincount(tgt.ravel(), weights=weight.ravel(), minlength=n_out).astype(np.float32)
-    return in_counts[:, None], out_counts[:, None]
 
 
 def make_apply(cap):
