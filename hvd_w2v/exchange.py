@@ -43,16 +43,19 @@ class Exchange:
         self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts, out=out)
         self._count(rows, route.asked_counts)
 
-    def scatter(self, route, updates, apply):
+    def scatter(self, route, updates, counts, apply):
         """Stage 3 (collective): send the updates of route.keys to their owners, who apply them.
 
-        ``updates`` float32[n, d + 1]: an update row and, last, how many SGD updates it sums. The owner sums
-        the rows received for each of its rows (in rank order) and calls ``apply(table, local_rows, sums)``.
+        ``updates`` float32[n, d] and ``counts`` float32[n]: an update row and how many SGD updates it sums.
+        The owner sums what it receives for each of its rows (in rank order) and calls
+        ``apply(table, local_rows, sums, summed_counts)``.
         """
         got, _ = self.comm.alltoallv(updates, route.counts, recv_counts=route.asked_counts)
+        got_counts, _ = self.comm.alltoallv(counts, route.counts, recv_counts=route.asked_counts)
         self._count(updates, route.counts)
+        self._count(counts, route.counts)
         if self.comm.size == 1:
-            keys, sums = route.asked, got  # one source: its keys are unique already
+            keys, sums, sum_counts = route.asked, got, got_counts  # one source: its keys are unique already
         else:
             # Each source's keys are unique, so a fancy-index add per source is exact; sources in rank order.
             keys, slot = np.unique(route.asked, return_inverse=True)
@@ -60,9 +63,10 @@ class Exchange:
             ends = np.cumsum(route.asked_counts)
             for lo, hi in zip(ends - route.asked_counts, ends):
                 sums[slot[lo:hi]] += got[lo:hi]
+            sum_counts = np.bincount(slot, weights=got_counts, minlength=len(keys))
         for m, table in enumerate(self.tables):
             sel = (keys & 1) == m
-            apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel])
+            apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel], sum_counts[sel])
 
     def _count(self, sent, counts):
         """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""
@@ -89,15 +93,15 @@ class HotRows:
         # Horovod: every rank contributes the hot rows it owns (zeros elsewhere); the sum is the full block.
         self.rows = comm.allreduce_dense(self.rows)
 
-    def apply(self, keys, updates, apply):
-        """Sum this rank's ``updates`` of hot ``keys`` (float32[k, d + 1], update rows and their SGD-update
-        counts) over ranks and apply them to every replica with ``apply(table, rows, sums)`` (collective)."""
+    def apply(self, keys, updates, counts, apply):
+        """Sum this rank's ``updates`` (float32[k, d]) of hot ``keys`` and their SGD-update ``counts`` over
+        ranks and apply them to every replica with ``apply(table, rows, sums, summed_counts)`` (collective)."""
         if self.n:
-            block = np.zeros((len(self.rows), updates.shape[1]), np.float32)
-            block[keys] = updates
+            block = np.zeros((len(self.rows), updates.shape[1] + 1), np.float32)
+            block[keys, :-1], block[keys, -1] = updates, counts
             sums = self.comm.allreduce_dense(block)
             touched = np.flatnonzero(sums[:, -1])  # rows no rank updated are left alone
-            apply(self.rows, touched, sums[touched])
+            apply(self.rows, touched, sums[touched, :-1], sums[touched, -1])
 
     def _mine(self):
         """The hot ids this rank owns, and their rows in its slice."""

@@ -62,7 +62,7 @@ def train(comm, cfg, vocab, stream, progress=True):
             lo = glo + (ghi - glo) * comm.rank // comm.size
             hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
             batch = batches.build(stream, vocab, cfg, epoch, lo, hi)
-            loss, pairs = _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply)
+            loss, pairs = _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply, cfg.sg)
             report += (loss, pairs, 1)
             if (done + 1) % REPORT_EVERY == 0 or done + 1 == total_steps:
                 # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
@@ -88,7 +88,7 @@ def train(comm, cfg, vocab, stream, progress=True):
 OWNER_SHIFT = 40  # step keys carry their owner above this bit (ids stay below 2**39), so one sort groups them
 
 
-def _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply):
+def _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply, sg):
     """One step on this rank's examples; collective even when ``batch`` is empty.
 
     Every row the step touches gets one slot in a table of unique keys, sorted by owner with the hot rows
@@ -96,6 +96,7 @@ def _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply):
     the updates of its rows, and the cold part is scattered back to the owners in the same order.
     """
     valid = batch.contexts >= 0
+    n_ctx = int(valid.sum())
     targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
     keys = np.concatenate((2 * batch.contexts[valid], 2 * targets.ravel() + 1))
     ids = keys >> 1
@@ -107,22 +108,38 @@ def _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply):
 
     t0 = time.monotonic()
     route = exchange.route(keys[:cold], counts[:-1])
-    rows = np.empty((len(keys), hot.rows.shape[1]), np.float32)
+    rows = np.empty((len(keys) + 1, hot.rows.shape[1]), np.float32)  # + the zero row standing for "none"
     exchange.gather(route, rows[:cold])
-    rows[cold:] = hot.rows[keys[cold:]]
+    rows[cold:-1] = hot.rows[keys[cold:]]
+    rows[-1] = 0
     t1 = time.monotonic()
 
-    ctx = np.full(batch.contexts.shape, -1, np.int32)
-    ctx[valid] = slot[:valid.sum()]
-    tgt = slot[valid.sum():].reshape(targets.shape).astype(np.int32)
+    ctx = np.full(batch.contexts.shape, len(keys), np.int32)
+    ctx[valid] = slot[:n_ctx]
+    tgt = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
     updates, loss, pairs = step_fn(rows, ctx, tgt, np.float32(alpha))
     updates = updates.numpy()
+    sgd = _update_counts(slot, n_ctx, targets, valid, sg, len(keys))
 
     t2 = time.monotonic()
-    exchange.scatter(route, updates[:cold], apply)
-    hot.apply(keys[cold:], updates[cold:], apply)
+    exchange.scatter(route, updates[:cold], sgd[:cold], apply)
+    hot.apply(keys[cold:], updates[cold:], sgd[cold:], apply)
     stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2)
     return float(loss), float(pairs)
+
+
+def _update_counts(slot, n_ctx, targets, valid, sg, n):
+    """How many word2vec.c SGD updates each of the ``n`` step rows sums (float32[n]).
+
+    A context occurrence is one update of its W_in row; an output row gets one update per (context, target)
+    pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
+    """
+    weight = np.ones(targets.shape, np.float32)
+    weight[:, 1:] = targets[:, 1:] != targets[:, :1]
+    if sg:
+        weight *= valid.sum(axis=1, keepdims=True)
+    return np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())),
+                       minlength=n).astype(np.float32)
 
 
 def make_apply(cap):
@@ -134,7 +151,10 @@ def make_apply(cap):
     snapshot, thousands of updates of "the" in one step overshoot and training diverges. Capping the
     multiplicity keeps rare rows exactly as SGD (m is small) and bounds the step of frequent ones.
     """
-    def apply(table, rows, sums):
-        m = sums[:, -1:]
-        table[rows] += sums[:, :-1] * np.minimum(1.0, cap / np.maximum(m, 1.0))
+    def apply(table, rows, updates, counts):
+        """``table[rows] += updates`` (rows unique), capped; ``updates`` may be scaled in place."""
+        big = counts > cap
+        if big.any():
+            updates[big] *= (cap / counts[big])[:, None]
+        table[rows] += updates
     return apply

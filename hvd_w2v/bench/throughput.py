@@ -1,0 +1,132 @@
+"""Throughput side by side: gensim Word2Vec with 1 and 2 workers, hvd-w2v with 1, 2 and 4 ranks, in one run.
+
+    python -m hvd_w2v.bench.throughput                      # first 150,000 lines of the real corpus, 3 repeats
+    python -m hvd_w2v.bench.throughput --lines 0 --repeats 1  # the whole corpus, once
+
+Run from the checkout (hvd-w2v is launched through mpi/launch). Every trainer runs in its own process, one
+after the other, ``--repeats`` times in turn; the table shows medians. Words per second count raw corpus
+tokens over the training loop alone (gensim's ``train()``, hvd-w2v's step loop; vocabulary and encoding are
+left out of both), as gensim counts them. hvd-w2v runs with one compute thread per rank, so "1 rank" and
+"1 worker" use one core each. Ratios compare each hvd-w2v figure with gensim on the same number of cores
+(4 ranks on 2 cores are oversubscribed and compared with 2 workers). Peak memory is the largest resident
+set of one process (per rank for hvd-w2v).
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SETTINGS = dict(vector_size=100, window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
+
+
+def gensim_child(corpus, workers, epochs, sg):
+    """Train gensim in this process and print one JSON line: words/s over train() and peak RSS (MiB)."""
+    from gensim.models import Word2Vec
+
+    model = Word2Vec(sg=sg, workers=workers, epochs=epochs, **SETTINGS)
+    model.build_vocab(corpus_file=corpus)
+    t = time.monotonic()
+    model.train(corpus_file=corpus, total_words=model.corpus_total_words, epochs=epochs,
+                total_examples=model.corpus_count)
+    seconds = time.monotonic() - t
+    print(json.dumps(dict(words_per_s=model.corpus_total_words * epochs / seconds,
+                          peak_mib=[resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024])))
+
+
+def run_gensim(corpus, workers, epochs, sg):
+    out = subprocess.run([sys.executable, "-m", "hvd_w2v.bench.throughput", "--gensim-child", corpus,
+                          str(workers), str(epochs), str(int(sg))], capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise SystemExit(f"gensim failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_hvd(corpus, ranks, epochs, sg, workdir, extra):
+    """One `hvd-w2v train` job; its summary lines parsed into figures."""
+    cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", "1", "--timeout", "3600",
+           "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs),
+           "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    text = out.stdout + out.stderr
+    if out.returncode:
+        raise SystemExit(f"hvd-w2v failed at {ranks} ranks:\n{text[-3000:]}")
+    speed = re.search(r"done: ([\d,]+) words/s over .* exchange (\d+)% of step time and ([\d,]+) bytes", text)
+    peak = re.search(r"peak resident MiB per rank \[([\d, ]+)\]", text)
+    number = lambda s: float(s.replace(",", ""))  # noqa: E731
+    return dict(words_per_s=number(speed.group(1)), exchange=int(speed.group(2)) / 100,
+                bytes_per_word=number(speed.group(3)), peak_mib=[int(x) for x in peak.group(1).split(",")])
+
+
+def prepare_corpus(path, lines, workdir):
+    """The first ``lines`` lines of ``path`` (0: all of it), as a file of its own."""
+    if not lines:
+        return os.path.abspath(path)
+    head = os.path.join(workdir, f"corpus-{lines}.txt")
+    if not os.path.exists(head):
+        with open(path, "rb") as src, open(head + ".tmp", "wb") as dst:
+            for i, line in enumerate(src):
+                if i == lines:
+                    break
+                dst.write(line)
+        os.replace(head + ".tmp", head)
+    return os.path.abspath(head)
+
+
+def main(argv=None):
+    if argv is None and sys.argv[1:2] == ["--gensim-child"]:
+        corpus, workers, epochs, sg = sys.argv[2:6]
+        return gensim_child(corpus, int(workers), int(epochs), bool(int(sg)))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=150000, help="use the first LINES lines, 0: all (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
+    p.add_argument("--out", default=os.path.join("runs", "throughput"))
+    p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
+                   help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=4096 (repeatable)")
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    if not os.path.exists(args.corpus):
+        raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
+    corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    sg = not args.cbow
+    trainers = [("gensim", 1), ("gensim", 2), ("hvd-w2v", 1), ("hvd-w2v", 2), ("hvd-w2v", 4)]
+    runs = {t: [] for t in trainers}
+    for r in range(args.repeats):
+        for name, n in trainers:
+            got = (run_gensim(corpus, n, args.epochs, sg) if name == "gensim"
+                   else run_hvd(corpus, n, args.epochs, sg, args.out, args.hvd_option))
+            runs[(name, n)].append(got)
+            print(f"repeat {r + 1}/{args.repeats}: {name} x{n}: {got['words_per_s']:,.0f} words/s",
+                  file=sys.stderr, flush=True)
+
+    med = lambda t, k: statistics.median(x[k] for x in runs[t])  # noqa: E731
+    peak = lambda t: max(max(x["peak_mib"]) for x in runs[t])  # noqa: E731
+    print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epoch(s), {'skip-gram' if sg else 'CBOW'}, "
+          f"d100 w5 k5 min_count 5 sample 1e-3; median of {args.repeats} runs; {os.cpu_count()} cores")
+    print(f"{'trainer':28} {'words/s':>10} {'vs gensim':>10} {'vs 1 rank':>10} {'exchange':>9} "
+          f"{'bytes/word':>11} {'peak MiB':>9}")
+    for name, n in trainers:
+        t = (name, n)
+        wps = med(t, "words_per_s")
+        label = f"{name}, {n} {'worker' if name == 'gensim' else 'rank'}{'s' if n > 1 else ''}"
+        if name == "gensim":
+            print(f"{label:28} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
+            continue
+        cores = min(n, os.cpu_count() or 1)
+        label += " (oversubscribed)" if n > (os.cpu_count() or 1) else ""
+        ref = med(("gensim", min(cores, 2)), "words_per_s")
+        scale = wps / med(("hvd-w2v", 1), "words_per_s")
+        print(f"{label:28} {wps:10,.0f} {wps / ref:9.2f}x {scale:9.2f}x {med(t, 'exchange'):9.0%} "
+              f"{med(t, 'bytes_per_word'):11,.0f} {peak(t):9,}")
+
+
+if __name__ == "__main__":
+    main()
