@@ -1,0 +1,62 @@
+"""The measurements behind the speed defaults: batch size, update cap, hot rows, Horovod's cycle, threads.
+
+    python -m hvd_w2v.bench.settings            # first 150,000 lines of the real corpus, 3 epochs, 2 ranks
+
+Each row is one `hvd-w2v train` job on the same corpus, changing one setting from the defaults; it prints
+words per second, the exchange's share of step time and bytes sent per word, and the quality scores of the
+result (hvd_w2v.bench.gensim_scores), because batch size and update cap trade speed against quality. Rows run
+one after the other; run it on an otherwise idle machine.
+"""
+import argparse
+import os
+import sys
+
+from .gensim_scores import scores
+from .throughput import prepare_corpus, run_hvd
+
+# (what changes, ranks, extra options, extra environment); the first row is the defaults.
+ROWS = [
+    ("defaults", 2, [], {}),
+    ("--batch-words 512", 2, ["--batch-words", "512"], {}),
+    ("--batch-words 1024", 2, ["--batch-words", "1024"], {}),
+    ("--batch-words 4096", 2, ["--batch-words", "4096"], {}),
+    ("--update-cap 64", 2, ["--update-cap", "64"], {}),
+    ("--update-cap 1e9 (no cap)", 2, ["--update-cap", "1e9"], {}),
+    ("--hot-rows 256", 2, ["--hot-rows", "256"], {}),
+    ("--hot-rows 256, HOROVOD_CYCLE_TIME=1", 2, ["--hot-rows", "256"], {"HOROVOD_CYCLE_TIME": "1"}),
+    ("HOROVOD_CYCLE_TIME=1 (Horovod's default)", 2, [], {"HOROVOD_CYCLE_TIME": "1"}),
+    ("HOROVOD_CYCLE_TIME=5", 2, [], {"HOROVOD_CYCLE_TIME": "5"}),
+    ("1 rank, 1 thread", 1, [], {}),
+    ("1 rank, 2 threads", 1, ["--threads", "2"], {}),
+]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=150000, help="use the first LINES lines, 0: all (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--eval-dir", default=os.path.join("data", "real", "eval"))
+    p.add_argument("--out", default=os.path.join("runs", "settings"))
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, skip-gram; one job per row", flush=True)
+    print(f"{'setting':42} {'ranks':>5} {'words/s':>9} {'exchange':>9} {'bytes/word':>10} "
+          f"{'analogy':>8} {'ws353':>6} {'simlex':>6}", flush=True)
+    for label, ranks, options, env in ROWS:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # mpi/launch passes HOROVOD_* on to the ranks
+        try:
+            got = run_hvd(corpus, ranks, args.epochs, True, args.out, options)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        a, ws, sl = scores(os.path.join(args.out, f"hvd-{ranks}", "vectors.bin"), args.eval_dir)
+        print(f"{label:42} {ranks:5} {got['words_per_s']:9,.0f} {got['exchange']:9.0%} "
+              f"{got['bytes_per_word']:10,.0f} {a:8.3f} {ws:6.3f} {sl:6.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
