@@ -9,6 +9,8 @@ up to the order of float32 sums. The learning rate decays linearly with the glob
 """
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,16 +55,28 @@ def train(comm, cfg, vocab, stream, progress=True):
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
     report = np.zeros(3)  # loss, pairs, steps since the last report
+
+    def prepare(done):
+        """This rank's examples of global step ``done`` (counted over all epochs), indexed for the step."""
+        epoch, s = divmod(done, steps)
+        glo, ghi = s * cfg.batch_words, min(n, (s + 1) * cfg.batch_words)
+        lo = glo + (ghi - glo) * comm.rank // comm.size
+        hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
+        return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, hot.n, cfg.sg)
+
     start = last_print = time.monotonic()
-    for epoch in range(cfg.epochs):
-        for s in range(steps):
-            done = epoch * steps + s
+    # The next step's examples are built in a second thread while this step runs: they depend on corpus
+    # positions only, never on the model, so this changes no result. It fills the time a rank waits in
+    # collectives and TensorFlow (both release the GIL).
+    with ThreadPoolExecutor(max_workers=1) as ahead:
+        upcoming = ahead.submit(prepare, 0)
+        for done in range(total_steps):
+            epoch = done // steps
             alpha = max(cfg.min_alpha, cfg.alpha - (cfg.alpha - cfg.min_alpha) * done / total_steps)
-            glo, ghi = s * cfg.batch_words, min(n, (s + 1) * cfg.batch_words)
-            lo = glo + (ghi - glo) * comm.rank // comm.size
-            hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
-            batch = batches.build(stream, vocab, cfg, epoch, lo, hi)
-            loss, pairs = _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply, cfg.sg)
+            step = upcoming.result()
+            if done + 1 < total_steps:
+                upcoming = ahead.submit(prepare, done + 1)
+            loss, pairs = _step(exchange, hot, step_fn, step, alpha, stats, apply)
             report += (loss, pairs, 1)
             if (done + 1) % REPORT_EVERY == 0 or done + 1 == total_steps:
                 # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
@@ -88,58 +102,69 @@ def train(comm, cfg, vocab, stream, progress=True):
 OWNER_SHIFT = 40  # step keys carry their owner above this bit (ids stay below 2**39), so one sort groups them
 
 
-def _step(comm, exchange, hot, step_fn, batch, alpha, stats, apply, sg):
-    """One step on this rank's examples; collective even when ``batch`` is empty.
+@dataclass
+class StepPlan:
+    """One step's examples on this rank, indexed into a table of the unique rows they touch.
 
-    Every row the step touches gets one slot in a table of unique keys, sorted by owner with the hot rows
-    (owner "P", served by the local replicas) last: gathered rows land in that table, TensorFlow computes
-    the updates of its rows, and the cold part is scattered back to the owners in the same order.
+    ``keys`` (int64[U], ``2 * id + matrix``) are sorted by owner, the hot rows (served by the local replicas)
+    last; ``ctx`` and ``tgt`` index that table (``U`` in ``ctx``: no context word), and ``sgd`` counts the
+    word2vec.c SGD updates each row sums. A function of the examples alone, so it can be built ahead.
     """
-    valid = batch.contexts >= 0
-    n_ctx = int(valid.sum())
-    targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
-    keys = np.concatenate((2 * batch.contexts[valid], 2 * targets.ravel() + 1))
-    ids = keys >> 1
-    owner = np.where(ids < hot.n, comm.size, exchange.plan.owner(ids))
-    tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
-    counts = np.bincount(tagged >> OWNER_SHIFT, minlength=comm.size + 1)
-    keys = tagged & ((1 << OWNER_SHIFT) - 1)
-    cold = len(keys) - counts[-1]
 
+    keys: np.ndarray  # int64[U]
+    owned: np.ndarray  # int64[P]: how many of the cold keys (the first ``cold``) each rank owns
+    cold: int
+    ctx: np.ndarray  # int32[n, 2*window]
+    tgt: np.ndarray  # int32[n, 1+negative]: the centre, then its noise words
+    sgd: np.ndarray  # float32[U]
+
+    @classmethod
+    def of(cls, batch, plan, n_hot, sg):
+        valid = batch.contexts >= 0
+        n_ctx = int(valid.sum())
+        targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
+        keys = np.concatenate((2 * batch.contexts[valid], 2 * targets.ravel() + 1))
+        ids = keys >> 1
+        owner = np.where(ids < n_hot, plan.ranks, plan.owner(ids))
+        tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
+        owned = np.bincount(tagged >> OWNER_SHIFT, minlength=plan.ranks + 1)
+        keys = tagged & ((1 << OWNER_SHIFT) - 1)
+        ctx = np.full(batch.contexts.shape, len(keys), np.int32)
+        ctx[valid] = slot[:n_ctx]
+        tgt = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
+        # A context occurrence is one update of its W_in row; an output row gets one update per (context,
+        # target) pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
+        weight = np.ones(targets.shape, np.float32)
+        weight[:, 1:] = targets[:, 1:] != targets[:, :1]
+        if sg:
+            weight *= valid.sum(axis=1, keepdims=True)
+        sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
+        return cls(keys, owned[:-1], len(keys) - owned[-1], ctx, tgt, sgd.astype(np.float32))
+
+
+def _step(exchange, hot, step_fn, step, alpha, stats, apply):
+    """One step on this rank's examples (a StepPlan); collective even when it has none.
+
+    Gathered rows land in the step's table of unique rows, TensorFlow computes the updates of its rows, and
+    the cold part is scattered back to the owners in the same order; hot rows go through their allreduce.
+    """
+    keys, cold = step.keys, step.cold
     t0 = time.monotonic()
-    route = exchange.route(keys[:cold], counts[:-1])
+    route = exchange.route(keys[:cold], step.owned)
     rows = np.empty((len(keys) + 1, hot.rows.shape[1]), np.float32)  # + the zero row standing for "none"
     exchange.gather(route, rows[:cold])
     rows[cold:-1] = hot.rows[keys[cold:]]
     rows[-1] = 0
     t1 = time.monotonic()
 
-    ctx = np.full(batch.contexts.shape, len(keys), np.int32)
-    ctx[valid] = slot[:n_ctx]
-    tgt = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
-    updates, loss, pairs = step_fn(rows, ctx, tgt, np.float32(alpha))
+    updates, loss, pairs = step_fn(rows, step.ctx, step.tgt, np.float32(alpha))
     updates = updates.numpy()
-    sgd = _update_counts(slot, n_ctx, targets, valid, sg, len(keys))
 
     t2 = time.monotonic()
-    exchange.scatter(route, updates[:cold], sgd[:cold], apply)
-    hot.apply(keys[cold:], updates[cold:], sgd[cold:], apply)
+    exchange.scatter(route, updates[:cold], step.sgd[:cold], apply)
+    hot.apply(keys[cold:], updates[cold:], step.sgd[cold:], apply)
     stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2)
     return float(loss), float(pairs)
-
-
-def _update_counts(slot, n_ctx, targets, valid, sg, n):
-    """How many word2vec.c SGD updates each of the ``n`` step rows sums (float32[n]).
-
-    A context occurrence is one update of its W_in row; an output row gets one update per (context, target)
-    pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
-    """
-    weight = np.ones(targets.shape, np.float32)
-    weight[:, 1:] = targets[:, 1:] != targets[:, :1]
-    if sg:
-        weight *= valid.sum(axis=1, keepdims=True)
-    return np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())),
-                       minlength=n).astype(np.float32)
 
 
 def make_apply(cap):
