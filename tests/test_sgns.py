@@ -1,0 +1,61 @@
+"""The step's maths against word2vec.c's loops written out in numpy, and one trace per function."""
+import numpy as np
+import pytest
+
+from hvd_w2v import sgns
+
+
+def example(seed, n=7, window=2, negative=3, rows=20, d=8):
+    """A random step: ``rows`` table with its zero row last, contexts with gaps, noise words hitting the centre."""
+    rng = np.random.default_rng(seed)
+    table = rng.normal(0, 0.3, (rows + 1, d)).astype(np.float32)
+    table[-1] = 0
+    ctx = rng.integers(0, rows // 2, (n, 2 * window)).astype(np.int32)
+    ctx[rng.random(ctx.shape) < 0.3] = rows  # no context word in that slot
+    ctx[:, 0] = rng.integers(0, rows // 2, n)  # every centre keeps at least one
+    tgt = rng.integers(rows // 2, rows, (n, 1 + negative)).astype(np.int32)
+    tgt[0, 1] = tgt[0, 0]  # a noise word equal to the centre: word2vec.c skips it
+    return table, ctx, tgt
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def reference(table, ctx, tgt, alpha, sg):
+    """word2vec.c's updates, one pair at a time, every one read from the same snapshot and summed."""
+    none = len(table) - 1
+    up = np.zeros_like(table, dtype=np.float64)
+    for i in range(len(ctx)):
+        words = [c for c in ctx[i] if c != none]
+        targets = [(t, 1.0 if k == 0 else 0.0) for k, t in enumerate(tgt[i]) if k == 0 or t != tgt[i, 0]]
+        inputs = [(table[c], [c]) for c in words] if sg else [(table[words].mean(axis=0), words)]
+        for l1, receivers in inputs:
+            neu1e = np.zeros(table.shape[1])
+            for t, label in targets:
+                g = (label - sigmoid(l1 @ table[t])) * alpha
+                neu1e += g * table[t]
+                up[t] += g * l1
+            for c in receivers:
+                up[c] += neu1e
+    return up[:-1]
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
+def test_updates_equal_word2vec_loops(sg):
+    table, ctx, tgt = example(0)
+    fn = sgns.skipgram if sg else sgns.cbow
+    updates, loss, pairs = fn(table, ctx, tgt, np.float32(0.025))
+    np.testing.assert_allclose(updates.numpy(), reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
+    assert float(pairs) == ((ctx < len(table) - 1).sum() if sg else len(ctx))
+    assert float(loss) > 0
+
+
+def test_one_trace_per_function_whatever_the_shapes():
+    """Steps differ in example and row counts; a retrace per shape would cost seconds over a run."""
+    for seed, n, window, negative, rows in [(1, 5, 2, 3, 20), (2, 40, 5, 5, 300), (3, 1, 1, 1, 4)]:
+        table, ctx, tgt = example(seed, n, window, negative, rows)
+        for fn in (sgns.skipgram, sgns.cbow):
+            fn(table, ctx, tgt, np.float32(0.01))
+    assert sgns.skipgram.experimental_get_tracing_count() == 1
+    assert sgns.cbow.experimental_get_tracing_count() == 1
