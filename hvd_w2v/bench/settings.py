@@ -14,20 +14,21 @@ import sys
 from .gensim_scores import scores
 from .throughput import prepare_corpus, run_hvd
 
-# (what changes, ranks, extra options, extra environment); the first row is the defaults.
+# (what changes, ranks, threads per rank, extra options, extra environment); the first row is the defaults.
+# 1 rank with 1 thread runs on one core (taskset, see bench.throughput).
 ROWS = [
-    ("defaults", 2, [], {}),
-    ("--batch-words 512", 2, ["--batch-words", "512"], {}),
-    ("--batch-words 1024", 2, ["--batch-words", "1024"], {}),
-    ("--batch-words 4096", 2, ["--batch-words", "4096"], {}),
-    ("--update-cap 64", 2, ["--update-cap", "64"], {}),
-    ("--update-cap 1e9 (no cap)", 2, ["--update-cap", "1e9"], {}),
-    ("--hot-rows 256", 2, ["--hot-rows", "256"], {}),
-    ("--hot-rows 256, HOROVOD_CYCLE_TIME=1", 2, ["--hot-rows", "256"], {"HOROVOD_CYCLE_TIME": "1"}),
-    ("HOROVOD_CYCLE_TIME=1 (Horovod's default)", 2, [], {"HOROVOD_CYCLE_TIME": "1"}),
-    ("HOROVOD_CYCLE_TIME=5", 2, [], {"HOROVOD_CYCLE_TIME": "5"}),
-    ("1 rank, 1 thread", 1, [], {}),
-    ("1 rank, 2 threads", 1, ["--threads", "2"], {}),
+    ("defaults", 2, 1, [], {}),
+    ("--batch-words 512", 2, 1, ["--batch-words", "512"], {}),
+    ("--batch-words 1024", 2, 1, ["--batch-words", "1024"], {}),
+    ("--batch-words 4096", 2, 1, ["--batch-words", "4096"], {}),
+    ("--update-cap 256", 2, 1, ["--update-cap", "256"], {}),
+    ("--update-cap 1e9 (no cap)", 2, 1, ["--update-cap", "1e9"], {}),
+    ("--hot-rows 256", 2, 1, ["--hot-rows", "256"], {}),
+    ("--hot-rows 256, HOROVOD_CYCLE_TIME=1", 2, 1, ["--hot-rows", "256"], {"HOROVOD_CYCLE_TIME": "1"}),
+    ("HOROVOD_CYCLE_TIME=1 (Horovod's default)", 2, 1, [], {"HOROVOD_CYCLE_TIME": "1"}),
+    ("HOROVOD_CYCLE_TIME=5", 2, 1, [], {"HOROVOD_CYCLE_TIME": "5"}),
+    ("1 rank, 1 thread", 1, 1, [], {}),
+    ("1 rank, 2 threads", 1, 2, [], {}),
 ]
 
 
@@ -44,11 +45,11 @@ def main(argv=None):
     print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, skip-gram; one job per row", flush=True)
     print(f"{'setting':42} {'ranks':>5} {'words/s':>9} {'exchange':>9} {'bytes/word':>10} "
           f"{'analogy':>8} {'ws353':>6} {'simlex':>6}", flush=True)
-    for label, ranks, options, env in ROWS:
+    for label, ranks, threads, options, env in ROWS:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)  # mpi/launch passes HOROVOD_* on to the ranks
         try:
-            got = run_hvd(corpus, ranks, args.epochs, True, args.out, options)
+            got = run_hvd(corpus, ranks, args.epochs, True, args.out, options, threads=threads)
         finally:
             for k, v in saved.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

@@ -6,8 +6,9 @@
 Run from the checkout (hvd-w2v is launched through mpi/launch). Every trainer runs in its own process, one
 after the other, ``--repeats`` times in turn; the table shows medians. Words per second count raw corpus
 tokens over the training loop alone (gensim's ``train()``, hvd-w2v's step loop; vocabulary and encoding are
-left out of both), as gensim counts them. hvd-w2v runs with one compute thread per rank, so "1 rank" and
-"1 worker" use one core each. Ratios compare each hvd-w2v figure with gensim on the same number of cores
+left out of both), as gensim counts them. hvd-w2v runs with one compute thread per rank. "1 rank" and
+"1 worker" are pinned to one core (``taskset -c 0``): both have helper threads (hvd-w2v builds the next step's
+examples beside the step) that would otherwise borrow the second core. Ratios compare each hvd-w2v figure with gensim on the same number of cores
 (4 ranks on 2 cores are oversubscribed and compared with 2 workers). Peak memory is the largest resident
 set of one process (per rank for hvd-w2v).
 """
@@ -39,17 +40,22 @@ def gensim_child(corpus, workers, epochs, sg):
                           peak_mib=[resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024])))
 
 
+def one_core(n):
+    """The command prefix that keeps a 1-worker or 1-rank run on one core."""
+    return ["taskset", "-c", "0"] if n == 1 else []
+
+
 def run_gensim(corpus, workers, epochs, sg):
-    out = subprocess.run([sys.executable, "-m", "hvd_w2v.bench.throughput", "--gensim-child", corpus,
+    out = subprocess.run([*one_core(workers), sys.executable, "-m", "hvd_w2v.bench.throughput", "--gensim-child", corpus,
                           str(workers), str(epochs), str(int(sg))], capture_output=True, text=True, cwd=ROOT)
     if out.returncode:
         raise SystemExit(f"gensim failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_hvd(corpus, ranks, epochs, sg, workdir, extra):
-    """One `hvd-w2v train` job; its summary lines parsed into figures."""
-    cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", "1", "--timeout", "3600",
+def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
+    """One `hvd-w2v train` job with ``threads`` per rank; its summary lines parsed into figures."""
+    cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", str(threads), "--timeout", "3600",
            "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs),
            "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
