@@ -87,8 +87,11 @@ def _default_corpus(comm):
     return [DEFAULT_CORPUS]
 
 
-def _vocabulary(args):
-    """Start the ranks, check the output folder, build and save the vocabulary (vocab.txt). Collective."""
+def _vocabulary(args, check=None):
+    """Start the ranks, check the output folder, build and save the vocabulary (vocab.txt). Collective.
+
+    ``check(comm, cfg, voc, paths)``, when given, runs once the vocabulary is known and before anything is
+    written to the output folder: it may raise UserError on every rank (the memory plan does)."""
     from . import comm as comm_mod
     from . import export, vocab
     from .comm import log
@@ -102,6 +105,8 @@ def _vocabulary(args):
         say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
     paths = args.corpus or _default_corpus(comm)
     voc = vocab.build(comm, paths, cfg, say)
+    if check:
+        check(comm, cfg, voc, paths)
     name = os.path.join(args.out, "vocab.txt")
     export.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
     say(f"vocab: {name}")
@@ -118,11 +123,17 @@ def cmd_train(args):
     """Vocabulary, encoding, training, export, and a look at a few neighbours."""
     import time
 
-    from . import encode, export, train
+    from . import encode, export, memory, train
     from .vectors import ShardedVectors
 
     t0 = time.monotonic()
-    cfg, comm, say, paths, voc = _vocabulary(args)
+    limit = memory.parse_size(args.max_memory_per_rank) if args.max_memory_per_rank else None
+    planned = []
+
+    def check(comm, cfg, voc, paths):
+        planned.append(_memory_plan(comm, cfg, voc, paths, limit))
+
+    cfg, comm, say, paths, voc = _vocabulary(args, check)
     stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
     model, stats = train.train(comm, cfg, voc, stream, progress=not args.quiet)
@@ -135,6 +146,9 @@ def cmd_train(args):
     rows = comm.allgather(model.w_in.shape[0])
     peak_mib = comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
     say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; peak resident MiB per rank {peak_mib}")
+    plan_mib = planned[0].total / memory.MIB
+    say(f"memory: planned {plan_mib:,.0f} MiB per rank, measured peak {peak_mib} MiB "
+        f"({max(peak_mib) / plan_mib:.0%} of plan)")
     say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
         f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
         f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
@@ -144,6 +158,44 @@ def cmd_train(args):
         for word, near in shown.items():
             print(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near))
     return 0
+
+
+def _memory_plan(comm, cfg, voc, paths, limit):
+    """Print the memory plan (rank 0) and refuse to start, on every rank, when it does not fit ``limit``
+    (bytes per rank, --max-memory-per-rank) or a limit the job runs under (memory.limits). Collective;
+    returns the MemoryPlan. Runs before the model is allocated and before the output folder is written."""
+    import socket
+
+    from . import memory
+    from .comm import log
+
+    # The plan's reading peak depends on the text per rank; a gzip file's text size is unknown (None).
+    corpus_bytes = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+    # The kept tokens approximate the id stream's length (sentence ends add one position per line).
+    the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes)
+    for line in the_plan.describe().splitlines():
+        log(comm, f"plan: {line}")
+    # mpi4py: every rank sends its host name, so each knows how many ranks share its node (and its cgroup).
+    hosts = comm.allgather(socket.gethostname())
+    found = memory.limits(hosts.count(socket.gethostname()))
+    if limit is not None:
+        found.append((limit, "--max-memory-per-rank"))
+    error = None
+    if found:
+        cap, source = min(found)
+        if the_plan.total > cap:
+            need = memory.min_ranks(cap, voc.size, cfg, positions=voc.total, corpus_bytes=corpus_bytes)
+            mib = lambda b: f"{b / memory.MIB:,.0f} MiB"  # noqa: E731
+            if need:
+                there = memory.plan(voc.size, cfg, need, positions=voc.total, corpus_bytes=corpus_bytes).total
+                hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
+            else:
+                hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
+                        f"the per-word tables {mib(the_plan.tables)}")
+            error = (f"memory plan does not fit: {mib(the_plan.total)} per rank planned on {comm.size} ranks "
+                     f"({voc.size:,} words, dim {cfg.dim}), limit {mib(cap)} per rank from {source}; {hint}")
+    comm.agree(error)  # every rank leaves together, before any matrix is allocated
+    return the_plan
 
 
 EVAL_DIR = os.path.join("data", "real", "eval")
@@ -235,6 +287,9 @@ def add_train_options(p):
                    help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
                         "updates (default: %(default)s)")
     r.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
+    r.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
+                   help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
+                        "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")
     p.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")
     p.add_argument("--show", default=PROBE_WORDS, metavar="WORDS",

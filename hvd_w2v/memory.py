@@ -1,0 +1,233 @@
+"""The memory plan: each rank's expected resident memory, computed before the big allocations.
+
+``plan(vocab_size, cfg, ranks)`` is pure arithmetic (no MPI, no TensorFlow) on the settings and a handful of
+constants measured on this machine (Debian 12, Python 3.11, tensorflow-cpu 2.17.1, horovod 0.28.1, Open MPI
+4.1.4); each constant says which command measured it. The command line prints the plan once the vocabulary
+is known, and refuses to start when it does not fit ``--max-memory-per-rank`` or the limit the job runs
+under (:func:`limits`), naming the smallest rank count that would fit (:func:`min_ranks`).
+
+Resident here means what ``ru_maxrss`` and the kernel's RSS count, shared library and memory-mapped file
+pages included: it is what ``hvd-w2v train`` prints as the measured peak at the end.
+"""
+import math
+import os
+import re
+import resource
+from dataclasses import dataclass
+
+from .errors import UserError
+
+MIB = 1 << 20
+
+# Python + numpy + TensorFlow + Horovod + mpi4py imported and initialised (comm.init), one allreduce, one
+# alltoallv and one call of sgns.skipgram on tiny arrays; no model. ru_maxrss 438,712 KiB (1 rank) and
+# 438,840 / 439,336 KiB (2 ranks), measured with
+#   mpi/launch -n 1 python /tmp/mem/base.py ; mpi/launch -n 2 python /tmp/mem/base.py
+# (the script: comm.init(), the calls above, then print ru_maxrss). About 245 MiB of it are TensorFlow's
+# shared-library pages: counted in every rank's RSS, charged once per node by a cgroup.
+BASELINE_BYTES = 429 * MIB
+
+# Strings of the words a rank keeps (vocab.py): the hash-owned ``lookup`` dict {bytes: int} costs 141 B a
+# word and the row owner's ``row_words`` list 54 B a word, for 8-byte words (the real corpus's mean length);
+# plus 8 B of row_counts. Measured: 1,000,000 8-byte words into a list, then into a dict, VmRSS before and
+# after (python /tmp/mem/pyobj2.py). Both sets are about V/P words per rank.
+WORD_BYTES = 141 + 54 + 8
+
+# Per-word tables every rank keeps for all V words: keep (float32) and noise_cdf (uint32), see vocab.py.
+TABLE_BYTES = 4 + 4
+
+# The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
+# executor and the allocators' slack (glibc keeps freed step buffers). Fitted on 2-rank runs of
+# phases.py (VmHWM after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, V 13,287:
+# --dim 10 (float blocks negligible) gave +95 MiB over the pre-training RSS at --batch-words 2048 and
+# --batch-words 256 with --dim 100 gave +60 MiB; solved for a fixed part and a part per slot.
+STEP_FIXED_BYTES = 51 * MIB
+STEP_BYTES_PER_SLOT = 2600
+# Float32 [slots, dim] blocks alive at once in sgns.skipgram: the gathered context and output rows and their
+# updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
+# at U << slots: python /tmp/mem/tfstep.py 1024 100 2000); rounded up to 3 for an upper bound.
+STEP_SLOT_COPIES = 3
+# Float32 [U, dim] blocks of the step's unique rows: the numpy rows table, TensorFlow's copy of it, the two
+# segment sums, their sum and the returned slice (measured 5 with tfstep.py 1024 100 16384 against 2000).
+# The exchange buffers (rows sent, updates received, their sums) are the same size on a balanced plan and
+# are not alive at the same time as TensorFlow's: covered by the same count.
+STEP_UNIQUE_COPIES = 5
+
+# Reading text (corpus.read_blocks, then vocab counting and encode's sentences, id lists and lookups):
+# encode's peak was 12.7 B per byte of the block being read (VmHWM after encode minus the baseline, 2
+# ranks, 6 MB per rank, phases.py on the first 12 MB of the real corpus); 13 for an upper bound. A block is
+# at most corpus.BLOCK_BYTES (8 MiB); this peak is over before the model is allocated.
+READ_BYTES_PER_TEXT_BYTE = 13
+BLOCK_BYTES = 8 << 20  # corpus.BLOCK_BYTES; repeated so this module stays at the bottom of the import graph
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Expected resident bytes per rank, by component (the most loaded rank: rows rounded up).
+
+    ``total = baseline + tables + words + max(read, model + step + hot + stream)``: reading the text
+    (vocabulary, encoding) is over before training allocates the model and the step buffers.
+    """
+
+    ranks: int
+    baseline: int  # the process with its libraries initialised (BASELINE_BYTES, measured)
+    model: int  # W_in and W_out slices: ceil(V/P) rows x dim x 4 B x 2
+    tables: int  # keep + noise_cdf for every word: V x 8 B (vocab.py)
+    words: int  # word strings and lookup of the words this rank owns: ceil(V/P) x WORD_BYTES
+    step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
+    hot: int  # hot-row replicas [2H, d] and the allreduce block [2H, d+1] with Horovod's in and out copies
+    stream: int  # pages of the memory-mapped id stream: 4 B x positions (every rank reads all of it)
+    read: int  # peak while reading text: min(block, corpus bytes / P) x READ_BYTES_PER_TEXT_BYTE
+
+    @property
+    def training(self):
+        return self.model + self.step + self.hot + self.stream
+
+    @property
+    def total(self):
+        return self.baseline + self.tables + self.words + max(self.read, self.training)
+
+    def describe(self):
+        """Two lines, MiB per rank."""
+        m = lambda b: f"{b / MIB:,.0f}"  # noqa: E731
+        return (f"{m(self.total)} MiB per rank on {self.ranks} ranks = baseline {m(self.baseline)} + tables "
+                f"{m(self.tables)} + words {m(self.words)} + training {m(self.training)}\n"
+                f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
+                f"{m(self.hot)} + id stream {m(self.stream)}; reading text, before it: {m(self.read)}")
+
+    __str__ = describe
+
+
+def step_bytes(cfg, vocab_size, ranks):
+    """An upper bound of one step's working set on one rank, in bytes.
+
+    A rank builds the examples of at most ``ceil(batch_words / P)`` centres (every position kept); each has
+    ``2 * window`` context slots and ``1 + negative`` output slots. The step's unique rows U are at most the
+    slots and at most 2V (a W_in and a W_out row per word).
+    """
+    centres = math.ceil(cfg.batch_words / ranks)
+    slots = centres * (2 * cfg.window + 1 + cfg.negative)
+    unique = min(slots, 2 * vocab_size) + 1
+    return (STEP_FIXED_BYTES + STEP_BYTES_PER_SLOT * slots
+            + 4 * cfg.dim * (STEP_SLOT_COPIES * slots + STEP_UNIQUE_COPIES * unique))
+
+
+def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
+    """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks.
+
+    ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
+    the text's size in bytes (None if unknown, as for gzip files: a full block per rank). Not planned: the vocabulary count's Counter of a rank's distinct tokens
+    (about 110 B each) is only known after counting, and this plan is made after the vocabulary is built.
+    """
+    rows = math.ceil(vocab_size / ranks)
+    hot = min(cfg.hot_rows, vocab_size)
+    return MemoryPlan(
+        ranks=ranks,
+        baseline=BASELINE_BYTES,
+        model=rows * cfg.dim * 4 * 2,
+        tables=vocab_size * TABLE_BYTES,
+        words=rows * WORD_BYTES,
+        step=step_bytes(cfg, vocab_size, ranks),
+        hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
+        stream=4 * positions,
+        read=READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
+                                         else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
+    )
+
+
+MAX_RANKS = 1 << 20
+
+
+def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None):
+    """The smallest rank count whose plan fits ``limit`` bytes per rank, or None when none up to MAX_RANKS
+    does (the baseline and the per-word tables do not shrink with more ranks). The plan's total does not
+    grow with the rank count, so a bisection finds it."""
+    fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes).total <= limit  # noqa: E731
+    if not fits(MAX_RANKS):
+        return None
+    lo, hi = 1, MAX_RANKS
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text):
+    """Bytes in ``text``: plain bytes ("1000000") or a number with a binary unit: "512M", "4G", "1.5GiB",
+    "2gb", "64KiB" (K, M, G, T are powers of 1024, as Slurm's --mem). UserError when it is not a size."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise UserError(f"--max-memory-per-rank: {text!r} is not a size; write bytes or a number with K, M, "
+                        f"G or T (powers of 1024), e.g. 4G, 512M, 1.5GiB")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise UserError(f"--max-memory-per-rank must be more than 0 bytes, got {text!r}")
+    return value
+
+
+def limits(ranks_on_node, environ=None):
+    """The memory limits this process runs under, as ``[(bytes per rank, source)]``; may be empty.
+
+    - cgroup v2 ``memory.max`` and cgroup v1 ``memory.limit_in_bytes`` of this process's cgroup: a limit
+      for every process in it, so divided by ``ranks_on_node`` (mpirun and Slurm put a node's ranks in one);
+    - Slurm's ``SLURM_MEM_PER_CPU`` (MiB, times ``SLURM_CPUS_PER_TASK``) or ``SLURM_MEM_PER_NODE`` (MiB,
+      divided by ``ranks_on_node``).
+
+    Not ``RLIMIT_AS`` or ``RLIMIT_DATA``: they bound virtual memory, and TensorFlow reserves far more address
+    space than it touches (VmSize 1.5-1.7 GiB against 429 MiB resident at start, 1.9 GiB against 585 MiB
+    while training: /tmp/mem/base.py and phases.py), so a resident plan says nothing about them.
+    """
+    env = os.environ if environ is None else environ
+    found = []
+    for path, value in _cgroup_limits():
+        found.append((value // ranks_on_node, f"cgroup {path} {value / MIB:,.0f} MiB for {ranks_on_node} "
+                                              f"rank(s) on this node"))
+    cpus = int(env.get("SLURM_CPUS_PER_TASK") or 1)
+    if env.get("SLURM_MEM_PER_CPU"):
+        found.append((int(env["SLURM_MEM_PER_CPU"]) * MIB * cpus,
+                      f"SLURM_MEM_PER_CPU={env['SLURM_MEM_PER_CPU']} MiB x {cpus} CPU(s) per task"))
+    if env.get("SLURM_MEM_PER_NODE") and int(env["SLURM_MEM_PER_NODE"]) > 0:  # 0: all of the node's memory
+        found.append((int(env["SLURM_MEM_PER_NODE"]) * MIB // ranks_on_node,
+                      f"SLURM_MEM_PER_NODE={env['SLURM_MEM_PER_NODE']} MiB for {ranks_on_node} rank(s) on "
+                      f"this node"))
+    return found
+
+
+NO_LIMIT = 1 << 60  # cgroups write "max" (v2) or a huge page-rounded number (v1) for "no limit"
+
+
+def _cgroup_limits():
+    """``[(file, bytes)]`` of the memory limits set on this process's cgroup (v2 and v1), if readable."""
+    out = []
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates = [f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup/unified{path}/memory.max"]
+        elif "memory" in controllers.split(","):
+            candidates = [f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"]
+        else:
+            continue
+        for name in candidates:
+            try:
+                text = open(os.path.normpath(name)).read().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < NO_LIMIT:
+                out.append((name, int(text)))
+            break
+    return out
+
+
+def peak_resident_bytes():
+    """This process's peak resident memory so far (Linux ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
