@@ -22,15 +22,15 @@ MIB = 1 << 20
 # Python + numpy + TensorFlow + Horovod + mpi4py imported and initialised (comm.init), one allreduce, one
 # alltoallv and one call of sgns.skipgram on tiny arrays; no model. ru_maxrss 438,712 KiB (1 rank) and
 # 438,840 / 439,336 KiB (2 ranks), measured with
-#   mpi/launch -n 1 python /tmp/mem/base.py ; mpi/launch -n 2 python /tmp/mem/base.py
-# (the script: comm.init(), the calls above, then print ru_maxrss). About 245 MiB of it are TensorFlow's
+#   mpi/launch -n 1 python -m hvd_w2v.bench.memory_probes baseline   (and -n 2)
+# About 245 MiB of it are TensorFlow's
 # shared-library pages: counted in every rank's RSS, charged once per node by a cgroup.
 BASELINE_BYTES = 429 * MIB
 
 # Strings of the words a rank keeps (vocab.py): the hash-owned ``lookup`` dict {bytes: int} costs 141 B a
 # word and the row owner's ``row_words`` list 54 B a word, for 8-byte words (the real corpus's mean length);
 # plus 8 B of row_counts. Measured: 1,000,000 8-byte words into a list, then into a dict, VmRSS before and
-# after (python /tmp/mem/pyobj2.py). Both sets are about V/P words per rank.
+# after (python -m hvd_w2v.bench.memory_probes words). Both sets are about V/P words per rank.
 WORD_BYTES = 141 + 54 + 8
 
 # Per-word tables every rank keeps for all V words: keep (float32) and noise_cdf (uint32), see vocab.py.
@@ -38,24 +38,27 @@ TABLE_BYTES = 4 + 4
 
 # The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
 # executor and the allocators' slack (glibc keeps freed step buffers). Fitted on 2-rank runs of
-# phases.py (VmHWM after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, V 13,287:
+# `hvd_w2v.bench.memory_probes phases` (VmHWM after vocab, encode and train) on the first 4 MB of
+# data/real/corpus.txt, V 13,287:
 # --dim 10 (float blocks negligible) gave +95 MiB over the pre-training RSS at --batch-words 2048 and
 # --batch-words 256 with --dim 100 gave +60 MiB; solved for a fixed part and a part per slot.
 STEP_FIXED_BYTES = 51 * MIB
 STEP_BYTES_PER_SLOT = 2600
 # Float32 [slots, dim] blocks alive at once in sgns.skipgram: the gathered context and output rows and their
 # updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
-# at U << slots: python /tmp/mem/tfstep.py 1024 100 2000); rounded up to 3 for an upper bound.
+# at U << slots: python -m hvd_w2v.bench.memory_probes step 1024 100 2000); rounded up to 3 for an upper bound.
 STEP_SLOT_COPIES = 3
 # Float32 [U, dim] blocks of the step's unique rows: the numpy rows table, TensorFlow's copy of it, the two
-# segment sums, their sum and the returned slice (measured 5 with tfstep.py 1024 100 16384 against 2000).
+# segment sums, their sum and the returned slice (measured 5 with `hvd_w2v.bench.memory_probes step 1024 100
+# 16384` against 2000).
 # The exchange buffers (rows sent, updates received, their sums) are the same size on a balanced plan and
 # are not alive at the same time as TensorFlow's: covered by the same count.
 STEP_UNIQUE_COPIES = 5
 
 # Reading text (corpus.read_blocks, then vocab counting and encode's sentences, id lists and lookups):
 # encode's peak was 12.7 B per byte of the block being read (VmHWM after encode minus the baseline, 2
-# ranks, 6 MB per rank, phases.py on the first 12 MB of the real corpus); 13 for an upper bound. A block is
+# ranks, 6 MB per rank, `hvd_w2v.bench.memory_probes phases` on the first 12 MB of the real corpus); 13 for an
+# upper bound. A block is
 # at most corpus.BLOCK_BYTES (8 MiB); this peak is over before the model is allocated.
 READ_BYTES_PER_TEXT_BYTE = 13
 BLOCK_BYTES = 8 << 20  # corpus.BLOCK_BYTES; repeated so this module stays at the bottom of the import graph
@@ -116,8 +119,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
-    the text's size in bytes (None if unknown, as for gzip files: a full block per rank). Not planned: the vocabulary count's Counter of a rank's distinct tokens
-    (about 110 B each) is only known after counting, and this plan is made after the vocabulary is built.
+    the text's size in bytes (None if unknown, as for gzip files: a full block per rank). Not planned: the
+    vocabulary count's Counter of a rank's distinct tokens (about 110 B each) is only known after counting, and this plan is made after the vocabulary is built.
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
@@ -181,7 +184,7 @@ def limits(ranks_on_node, environ=None):
 
     Not ``RLIMIT_AS`` or ``RLIMIT_DATA``: they bound virtual memory, and TensorFlow reserves far more address
     space than it touches (VmSize 1.5-1.7 GiB against 429 MiB resident at start, 1.9 GiB against 585 MiB
-    while training: /tmp/mem/base.py and phases.py), so a resident plan says nothing about them.
+    while training: `hvd_w2v.bench.memory_probes` baseline and phases), so a resident plan says nothing about them.
     """
     env = os.environ if environ is None else environ
     found = []

@@ -8,7 +8,8 @@ after the other, ``--repeats`` times in turn; the table shows medians. Words per
 tokens over the training loop alone (gensim's ``train()``, hvd-w2v's step loop; vocabulary and encoding are
 left out of both), as gensim counts them. hvd-w2v runs with one compute thread per rank. "1 rank" and
 "1 worker" are pinned to one core (``taskset -c 0``): both have helper threads (hvd-w2v builds the next step's
-examples beside the step) that would otherwise borrow the second core. Ratios compare each hvd-w2v figure with gensim on the same number of cores
+examples beside the step) that would otherwise borrow the second core. Ratios compare each hvd-w2v figure
+with gensim on the same number of cores
 (4 ranks on 2 cores are oversubscribed and compared with 2 workers). Peak memory is the largest resident
 set of one process (per rank for hvd-w2v).
 """
@@ -46,8 +47,8 @@ def one_core(n):
 
 
 def run_gensim(corpus, workers, epochs, sg):
-    out = subprocess.run([*one_core(workers), sys.executable, "-m", "hvd_w2v.bench.throughput", "--gensim-child", corpus,
-                          str(workers), str(epochs), str(int(sg))], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([*one_core(workers), sys.executable, "-m", "hvd_w2v.bench.throughput", "--gensim-child",
+                          corpus, str(workers), str(epochs), str(int(sg))], capture_output=True, text=True, cwd=ROOT)
     if out.returncode:
         raise SystemExit(f"gensim failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -55,8 +56,8 @@ def run_gensim(corpus, workers, epochs, sg):
 
 def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
     """One `hvd-w2v train` job with ``threads`` per rank; its summary lines parsed into figures."""
-    cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", str(threads), "--timeout", "3600",
-           "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs),
+    cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks),
+           "--threads", str(threads), "--timeout", "3600", "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs),
            "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     text = out.stdout + out.stderr
@@ -90,7 +91,8 @@ def main(argv=None):
         return gensim_child(corpus, int(workers), int(epochs), bool(int(sg)))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
-    p.add_argument("--lines", type=int, default=150000, help="use the first LINES lines, 0: all (default: %(default)s)")
+    p.add_argument("--lines", type=int, default=150000,
+                   help="use the first LINES lines, 0: all (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")

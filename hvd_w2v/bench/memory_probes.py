@@ -1,0 +1,96 @@
+"""The measurements behind hvd_w2v.memory's constants, one probe each.
+
+    mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes baseline       # BASELINE_BYTES
+    python -m hvd_w2v.bench.memory_probes words                          # WORD_BYTES
+    python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
+    mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
+                                                                         # STEP_*_BYTES, READ_BYTES_PER_TEXT_BYTE
+
+Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
+"""
+import os
+import resource
+import sys
+
+import numpy as np
+
+
+def status(key):
+    """A /proc/self/status figure in MiB (VmRSS, VmHWM, RssFile, ...)."""
+    return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) // 1024
+
+
+def baseline():
+    """The process with MPI, Horovod and TensorFlow initialised and one tiny call of each kind; no model."""
+    from hvd_w2v import comm as comm_mod
+    from hvd_w2v import sgns
+
+    comm = comm_mod.init()
+    rows, ctx, tgt = np.zeros((11, 8), np.float32), np.zeros((4, 10), np.int32), np.zeros((4, 6), np.int32)
+    sgns.skipgram(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+    comm.allreduce_dense(np.ones(4, np.float32))
+    comm.alltoallv(np.arange(comm.size, dtype=np.int64), np.ones(comm.size, np.int64))
+    comm.barrier()
+    print(f"rank {comm.rank}: ru_maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss:,} KiB, "
+          f"RssFile {status('RssFile')}, RssAnon {status('RssAnon')}", flush=True)
+
+
+def words(n=1_000_000):
+    """Bytes per word of a list of 8-byte words (row_words) and of a {word: id} dict (lookup)."""
+    data = b"".join(b"w%07d" % i for i in range(n))  # 8-byte words, the real vocabulary's mean length
+    r1 = status("VmRSS")
+    row_words = [data[8 * i:8 * i + 8] for i in range(n)]
+    r2 = status("VmRSS")
+    keys = [data[8 * i:8 * i + 8] for i in range(n)]
+    lookup = {w: i + 1000 for i, w in enumerate(keys)}
+    r3 = status("VmRSS")
+    print(f"row_words: {(r2 - r1) * 2**20 / n:.0f} B/word; lookup with its keys: {(r3 - r2) * 2**20 / n:.0f} B/word")
+    return row_words, lookup
+
+
+def step(n, d, unique):
+    """Peak growth over 20 calls of sgns.skipgram on n centres, d columns and ``unique`` rows, one thread."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from hvd_w2v import sgns
+
+    rs = np.random.RandomState(0)
+    rows = rs.rand(unique + 1, d).astype(np.float32)
+    ctx = rs.randint(0, unique + 1, (n, 10)).astype(np.int32)
+    tgt = rs.randint(0, unique, (n, 6)).astype(np.int32)
+    sgns.skipgram(rows[:5], ctx[:2] % 4, tgt[:2] % 4, np.float32(0.01))
+    before = status("VmHWM")
+    for _ in range(20):
+        sgns.skipgram(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+    print(f"n={n} d={d} U={unique}: peak grew {status('VmHWM') - before} MiB; one [slots, d] block "
+          f"{n * 16 * d * 4 / 2**20:.1f} MiB, one [U, d] block {unique * d * 4 / 2**20:.1f} MiB")
+
+
+def phases(argv):
+    """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line)."""
+    from hvd_w2v import cli, encode, train
+
+    args = cli.parser().parse_args(["train", *argv])
+    cfg, comm, say, paths, voc = cli._vocabulary(args)
+    print(f"rank {comm.rank}: after vocab HWM {status('VmHWM')} RSS {status('VmRSS')} V {voc.size:,}", flush=True)
+    stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
+    print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",
+          flush=True)
+    train.train(comm, cfg, voc, stream, progress=False)
+    print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
+          f"RssAnon {status('RssAnon')}", flush=True)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    probes = {"baseline": lambda: baseline(), "words": lambda: words(),
+              "step": lambda: step(*map(int, argv[1:4])), "phases": lambda: phases(argv[1:])}
+    if not argv or argv[0] not in probes:
+        raise SystemExit(__doc__)
+    probes[argv[0]]()
+
+
+if __name__ == "__main__":
+    main()
