@@ -120,7 +120,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
     the text's size in bytes (None if unknown, as for gzip files: a full block per rank). Not planned: the
-    vocabulary count's Counter of a rank's distinct tokens (about 110 B each) is only known after counting, and this plan is made after the vocabulary is built.
+    vocabulary count's Counter of a rank's distinct tokens (about 110 B each) is only known after counting,
+    and this plan is made after the vocabulary is built.
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)

@@ -57,8 +57,8 @@ def run_gensim(corpus, workers, epochs, sg):
 def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
     """One `hvd-w2v train` job with ``threads`` per rank; its summary lines parsed into figures."""
     cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks),
-           "--threads", str(threads), "--timeout", "3600", "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs),
-           "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
+           "--threads", str(threads), "--timeout", "3600", "hvd-w2v", "train", corpus,
+           "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs), "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     text = out.stdout + out.stderr
     if out.returncode:
