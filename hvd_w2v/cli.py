@@ -133,10 +133,20 @@ def cmd_train(args):
     def check(comm, cfg, voc, paths):
         planned.append(_memory_plan(comm, cfg, voc, paths, limit))
 
+    from . import checkpoint
+
+    saver = _saver(args)
     cfg, comm, say, paths, voc = _vocabulary(args, check)
     stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
-    model, stats = train.train(comm, cfg, voc, stream, progress=not args.quiet)
+    try:
+        model, stats = _train_or_resume(args, comm, cfg, voc, stream, say, saver)
+    except checkpoint.Interrupted as e:
+        say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
+            f"continue with --resume")
+        return checkpoint.EXIT_INTERRUPTED
+    finally:
+        saver.restore()
     for fmt in args.format:
         name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
         export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
@@ -158,6 +168,45 @@ def cmd_train(args):
         for word, near in shown.items():
             print(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near))
     return 0
+
+
+def _saver(args):
+    """Start the ranks and catch SIGTERM/SIGUSR1 from here on (a signal during the vocabulary or encoding is
+    acted on at training's first agreed step boundary). Returns the checkpoint.Saver of OUT/checkpoints."""
+    from . import checkpoint
+    from . import comm as comm_mod
+    from .comm import log
+
+    if args.checkpoint_every < 0:
+        raise UserError(f"--checkpoint-every must be 0 (only on a signal) or more minutes, got {args.checkpoint_every}")
+    comm = comm_mod.init(args.threads)
+    saver = checkpoint.Saver(comm, os.path.join(args.out, "checkpoints"), args.checkpoint_every,
+                             lambda m: log(comm, m))
+    saver.install()
+    return saver
+
+
+def _train_or_resume(args, comm, cfg, voc, stream, say, saver):
+    """train.train from scratch, or with --resume from the newest good checkpoint of this run. Collective."""
+    from . import checkpoint, train
+    from .shard import RowPlan
+
+    # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
+    vocab_sha = checkpoint.file_sha256(comm, os.path.join(args.out, "vocab.txt"))
+    resumed = None
+    if args.resume:
+        resumed = checkpoint.latest(comm, saver.root, RowPlan(voc.size, comm.size), cfg, voc.size, vocab_sha,
+                                    len(stream), say)
+        if resumed:
+            say(f"resume: step {resumed.step:,} of {resumed.total_steps:,} from {resumed.path} "
+                f"(written on {resumed.ranks} ranks)")
+        else:
+            say(f"resume: no checkpoint under {saver.root}; starting at step 0")
+    elif comm.rank == 0 and checkpoint.scan(saver.root):
+        say(f"checkpoint: {saver.root} holds checkpoints of an earlier run; this run starts at step 0 and "
+            f"replaces them with its first checkpoint (use --resume to continue that run instead)")
+    saver.begin(checkpoint.meta(cfg, voc.size, vocab_sha, len(stream)), resumed)
+    return train.train(comm, cfg, voc, stream, progress=not args.quiet, resume=resumed, saver=saver)
 
 
 def _memory_plan(comm, cfg, voc, paths, limit):
@@ -307,6 +356,13 @@ def parser():
     t = sub.add_parser("train", help="build the vocabulary, encode, train, export and show neighbours",
                        epilog="example: mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine --epochs 5")
     add_train_options(t)
+    k = t.add_argument_group("checkpoints (OUT/checkpoints/step-N: one file per rank and a manifest)")
+    k.add_argument("--checkpoint-every", type=float, default=30.0, metavar="MINUTES",
+                   help="write a checkpoint every MINUTES of training (rank 0's clock), 0: only on SIGTERM or "
+                        "SIGUSR1, which always write one and end the job with exit code 75 (default: %(default)s)")
+    k.add_argument("--resume", action="store_true",
+                   help="continue from the newest good checkpoint in --out (any rank count); starts at step 0 "
+                        "when there is none")
     t.set_defaults(func=cmd_train)
     v = sub.add_parser("vocab", help="count the corpus and write vocab.txt (word count, most frequent first)",
                        epilog="example: mpi/launch -n 4 hvd-w2v vocab corpus.txt --out runs/mine --min-count 10")

@@ -37,12 +37,21 @@ class ShardedModel:
         return cls(plan, w_in.reshape(len(ids), cfg.dim), np.zeros((len(ids), cfg.dim), np.float32))
 
 
-def train(comm, cfg, vocab, stream, progress=True):
-    """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective."""
+def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
+    """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective.
+
+    ``resume`` (a checkpoint.Loaded: ``step``, this rank's ``w_in``/``w_out``) starts after that many global
+    steps from those rows instead of from scratch. ``saver`` (a checkpoint.Saver), when given, is told of
+    every finished step but the last and may write a checkpoint, or raise checkpoint.Interrupted.
+    """
     from . import sgns
 
     plan = RowPlan(vocab.size, comm.size)
-    model = ShardedModel.initial(cfg, plan, comm.rank)
+    if resume is None:
+        model = ShardedModel.initial(cfg, plan, comm.rank)
+    else:
+        model = ShardedModel(plan, resume.w_in, resume.w_out)
+    first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
     exchange = Exchange(comm, plan, (model.w_in, model.w_out))
     step_fn = sgns.skipgram if cfg.sg else sgns.cbow
@@ -69,8 +78,8 @@ def train(comm, cfg, vocab, stream, progress=True):
     # positions only, never on the model, so this changes no result. It fills the time a rank waits in
     # collectives and TensorFlow (both release the GIL).
     with ThreadPoolExecutor(max_workers=1) as ahead:
-        upcoming = ahead.submit(prepare, 0)
-        for done in range(total_steps):
+        upcoming = ahead.submit(prepare, first)
+        for done in range(first, total_steps):
             epoch = done // steps
             alpha = max(cfg.min_alpha, cfg.alpha - (cfg.alpha - cfg.min_alpha) * done / total_steps)
             step = upcoming.result()
@@ -87,14 +96,17 @@ def train(comm, cfg, vocab, stream, progress=True):
                 if progress and (now - last_print >= 5 or done + 1 == total_steps):
                     last_print = now
                     frac = (done + 1) / total_steps
-                    words = vocab.raw_words * cfg.epochs * frac
-                    eta = (now - start) * (1 - frac) / frac
+                    ran = (done + 1 - first) / total_steps  # the part of the run this process trained
+                    words = vocab.raw_words * cfg.epochs * ran
+                    eta = (now - start) * (1 - frac) / ran
                     log(comm, f"train: {100 * frac:5.1f}%  epoch {epoch + 1}/{cfg.epochs}  "
                               f"{words / (now - start):,.0f} words/s  loss {loss_sum / max(pair_sum, 1):.4f}  "
                               f"alpha {alpha:.5f}  eta {eta:,.0f} s")
+            if saver is not None and done + 1 < total_steps:
+                saver.step_done(done + 1, model, hot)  # collective every few steps: may checkpoint or stop
     hot.write_back()
     stats["seconds"] = time.monotonic() - start
-    stats["words"] = vocab.raw_words * cfg.epochs
+    stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
     return model, stats
 
