@@ -24,9 +24,7 @@ ROWS = [
     ("--update-cap 256", 2, 1, ["--update-cap", "256"], {}),
     ("--update-cap 1e9 (no cap)", 2, 1, ["--update-cap", "1e9"], {}),
     ("--hot-rows 256", 2, 1, ["--hot-rows", "256"], {}),
-    ("--hot-rows 256, HOROVOD_CYCLE_TIME=1", 2, 1, ["--hot-rows", "256"], {"HOROVOD_CYCLE_TIME": "1"}),
     ("HOROVOD_CYCLE_TIME=1 (Horovod's default)", 2, 1, [], {"HOROVOD_CYCLE_TIME": "1"}),
-    ("HOROVOD_CYCLE_TIME=5", 2, 1, [], {"HOROVOD_CYCLE_TIME": "5"}),
     ("1 rank, 1 thread", 1, 1, [], {}),
     ("1 rank, 2 threads", 1, 2, [], {}),
 ]
