@@ -4,7 +4,7 @@ import signal
 import subprocess
 import time
 
-from conftest import LAUNCH, ROOT, _kill_group
+from conftest import LAUNCH, ROOT, _kill_group, launch
 from hvd_w2v.synthetic import generate
 
 BOUND = 30  # seconds from the kill to the end of the job
@@ -38,3 +38,34 @@ def test_kill_9_of_one_rank_ends_the_job(tmp_path):
     leftover = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not leftover, f"ranks left running: {leftover}"
     assert not (out / "vectors.bin").exists() and not (out / "vectors.bin.tmp").exists()
+
+
+def test_kill_9_mid_training_leaves_a_checkpoint_that_resumes(tmp_path):
+    """kill -9 of one rank while checkpoints are being written: the job ends within the bound, and the newest
+    complete checkpoint (a half-written one is ignored) resumes to the end on another rank count."""
+    corpus = tmp_path / "zipf.txt"
+    generate(str(corpus), 200000, vocab=2000, seed=2)
+    out = tmp_path / "out"
+    options = ["--epochs", "3", "--batch-words", "512", "--show", "", "--quiet", "--format", "binary"]
+    proc = subprocess.Popen([str(LAUNCH), "-n", "2", "--threads", "1", "hvd-w2v", "train", str(corpus),
+                             "--out", str(out), *options, "--checkpoint-every", "0.001"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any((out / "checkpoints").glob("step-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint before the end"
+            time.sleep(0.2)
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        os.kill(int(ranks[0]), signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=BOUND + 30)
+        ended = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+    assert proc.returncode != 0 and ended < BOUND, f"exit {proc.returncode} after {ended:.1f} s"
+    assert not (out / "vectors.bin").exists()
+    result = launch(3, ["hvd-w2v", "train", str(corpus), "--out", str(out), *options, "--resume"], timeout=180)
+    assert result.ok, result.output[-3000:]
+    assert "resume: step " in result.output and "written on 2 ranks" in result.output, result.output[-2000:]
+    assert (out / "vectors.bin").exists()
