@@ -20,13 +20,15 @@ class Config:
     sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
     seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
     # Corpus positions in one global step, shared out over the ranks. Every update of a step comes from the
-    # same snapshot, so larger steps are cheaper but learn less per word (README, "How the step defaults
-    # were chosen": WordSim353 0.24 at 2,048, ~0 at 8,192).
+    # same snapshot, so larger steps are cheaper but learn less per word (README, "Throughput": the settings
+    # table; 2,048 is the speed knee).
     batch_words: int = 2048
-    hot_rows: int = 0  # most frequent words replicated on every rank, their gradients summed by allreduce
+    # Most frequent words replicated on every rank, their updates summed by a Horovod allreduce each step. Off:
+    # on 2 ranks 256 replicas saved 10% of the bytes and cut the speed 4.6x (README, "Throughput").
+    hot_rows: int = 0
     # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
     # against the divergence of very frequent rows (with a cap of 1,024, 2,048-position steps diverged on
-    # the real corpus in epoch 1); low caps slow frequent rows and cost quality (README table).
+    # the real corpus in epoch 1); low caps slow frequent rows and cost quality (16 did, see the note on issue 4).
     update_cap: float = 64.0
     span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
 
