@@ -15,6 +15,7 @@ import re
 import resource
 from dataclasses import dataclass
 
+from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from .errors import UserError
 
 MIB = 1 << 20
@@ -61,7 +62,6 @@ STEP_UNIQUE_COPIES = 5
 # upper bound. A block is
 # at most corpus.BLOCK_BYTES (8 MiB); this peak is over before the model is allocated.
 READ_BYTES_PER_TEXT_BYTE = 13
-BLOCK_BYTES = 8 << 20  # corpus.BLOCK_BYTES; repeated so this module stays at the bottom of the import graph
 
 
 @dataclass(frozen=True)
