@@ -1,0 +1,135 @@
+"""Slurm for real: slurm/single-node.sbatch submitted to a single-node Slurm cluster started on this machine
+(tests/slurm_cluster.py: munged, slurmctld and slurmd), ranks started by `srun --mpi=pmix`.
+
+- a 2-task job trains, exports and ends COMPLETED with exit code 0:0;
+- SIGUSR1 to the batch shell mid-training (`scancel --batch --signal=USR1`, what `#SBATCH --signal=B:USR1@N`
+  sends before the time limit): the ranks checkpoint and exit 75, the job requeues itself, runs again with
+  --resume from that checkpoint, ends COMPLETED 0:0 after one restart, and its vectors are the uninterrupted
+  job's (same rank count: equal up to float32 rounding; README "Resume and re-shard").
+
+Every wait is bounded (cluster start 60 s, each job 150 s), so a broken Slurm fails the test, never hangs it.
+There is no slurmdbd, so states come from `scontrol show job` (the cluster keeps finished jobs an hour).
+Skipped only where a cluster cannot be started at all: not root, or slurm-wlm/munge not installed (mpi/setup
+installs them). 80-90 s on 2 shared cores, most of it TensorFlow starting 3 times on 2 ranks.
+"""
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from hvd_w2v.synthetic import generate
+from slurm_cluster import SlurmCluster, unavailable
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+TEMPLATE = ROOT / "slurm" / "single-node.sbatch"
+# Tiny: 100,000 tokens, 1,875 words of 16 dimensions, 104 global steps over 2 epochs. Training lasts seconds,
+# long enough for a signal sent when training starts to land well before the end (acted on within 5 steps).
+OPTIONS = ["--epochs", "2", "--dim", "16", "--show", "", "--quiet", "--checkpoint-every", "0"]
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+         "PREEMPTED"}
+JOB_TIMEOUT = 150  # s, one job from submission to its end, a requeue included
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with SlurmCluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("slurm-corpus") / "zipf.txt"
+    generate(str(path), 100000, vocab=2000, seed=0)
+    return str(path)
+
+
+def submit(cluster, out, corpus):
+    """sbatch the template from the checkout (its submit folder finds slurm/run-train and .venv) with 2 tasks;
+    returns the job id and its output file."""
+    log = out.parent / f"{out.name}.log"
+    result = cluster.run(["sbatch", "--parsable", "-n", "2", "-o", str(log), str(TEMPLATE), *OPTIONS],
+                         cwd=ROOT, env={"CORPUS": corpus, "OUT": str(out)})
+    return result.stdout.strip().split(";")[0], log
+
+
+def finished(job):
+    return job.get("JobState") in FINAL
+
+
+def text(log):
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def vectors(out):
+    with open(out / "vectors.bin", "rb") as f:
+        n, d = map(int, f.readline().split())
+        rows = {}
+        for _ in range(n):
+            word = b""
+            while (c := f.read(1)) != b" ":
+                word += c
+            rows[word.strip()] = np.frombuffer(f.read(4 * d), "<f4")
+            f.read(1)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cluster, corpus, tmp_path_factory):
+    """One job run to its end: (job dict, output, out folder)."""
+    out = tmp_path_factory.mktemp("slurm-a") / "out"
+    job_id, log = submit(cluster, out, corpus)
+    job = cluster.wait_job(job_id, finished, JOB_TIMEOUT)
+    return job, text(log), out
+
+
+def test_single_node_job_trains_and_completes(uninterrupted):
+    job, output, out = uninterrupted
+    assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("COMPLETED", "0:0", "0"), output
+    assert "run 1 on " in output and ": 2 ranks x 1 threads; srun --mpi=pmix " in output, output
+    assert "--resume" not in output, output
+    assert f"export: {out}/vectors.bin" in output and "hvd-w2v exited with 0" in output, output
+    words = int(re.search(r"^done: vocabulary ([\d,]+) words", output, re.M).group(1).replace(",", ""))
+    rows = vectors(out)
+    assert len(rows) == words > 1000 and all(v.shape == (16,) and np.isfinite(v).all() for v in rows.values())
+
+
+def test_usr1_checkpoints_requeues_and_resumes(cluster, corpus, uninterrupted, tmp_path):
+    out = tmp_path / "out"
+    job_id, log = submit(cluster, out, corpus)
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not re.search(r"^train: ", text(log), re.M):  # logged just before the first step
+        assert time.monotonic() < deadline and not finished(cluster.job(job_id)), \
+            f"training never started\n{text(log)}\n{cluster.logs()}"
+        time.sleep(0.3)
+    # To the batch shell alone, as `#SBATCH --signal=B:USR1@N` does; slurm/run-train forwards it to srun.
+    cluster.run(["scancel", "--batch", "--signal=USR1", job_id])
+    job = cluster.wait_job(job_id, finished, max(deadline - time.monotonic(), 1))
+    output = text(log)
+    print(output)
+    assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("COMPLETED", "0:0", "1"), output
+
+    saved = re.search(r"^interrupted: checkpoint (\S+) at step (\d+); exit code 75", output, re.M)
+    assert saved, output
+    path, step = saved.group(1), int(saved.group(2).replace(",", ""))
+    total = int(re.search(r"RowPlan\(.*\), ([\d,]+) steps of", output).group(1).replace(",", ""))
+    assert 0 < step < total, output
+    # In this order: the signal, the checkpoint, the requeue, the second run with --resume, the resume from
+    # that very checkpoint, the end.
+    marks = ["SIGUSR1: asking the ranks to checkpoint", saved.group(0), "hvd-w2v exited with 75: requeueing job",
+             "run 2 on ", f"resume: step {step:,} of {total:,} from {path} (written on 2 ranks)",
+             f"export: {out}/vectors.bin", "hvd-w2v exited with 0"]
+    where = [output.find(m) for m in marks]
+    assert -1 not in where and where == sorted(where), list(zip(marks, where))
+    second_run = output[where[3]:].splitlines()[0]
+    assert second_run.rstrip().endswith("--resume"), second_run
+    assert os.path.isdir(path)
+
+    _, _, reference = uninterrupted
+    a, b = vectors(out), vectors(reference)
+    assert a.keys() == b.keys()
+    diff = max(np.abs(a[w] - b[w]).max() for w in a)
+    assert diff < 1e-5, f"the resumed job's vectors differ from the uninterrupted job's by {diff:.2e}"
