@@ -372,6 +372,18 @@ def latest(comm, root, plan, cfg, vocab_size, vocab_sha, stream_length, log):
 
 # -- when to write -------------------------------------------------------------------------------------------
 
+class EarlySignals:
+    """Catches SIGTERM and SIGUSR1 from the first moment of a run, before MPI and TensorFlow start (seconds):
+    Slurm may send its warning then, and the default action would kill the rank. Handed to Saver.install."""
+
+    def __init__(self):
+        self.signalled = None
+        self.old = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
+
+    def _on_signal(self, signum, frame):
+        self.signalled = signum
+
+
 class Saver:
     """Decides, with every rank, when to checkpoint (every ``minutes`` by rank 0's clock, or on a signal) and
     writes the checkpoints of one run.
@@ -393,10 +405,14 @@ class Saver:
         self.last = time.monotonic()
         self.keep = resumed.path if resumed else None  # the previous good checkpoint: kept with the new one
 
-    def install(self):
-        """Catch SIGTERM and SIGUSR1 from now on (main thread only); :meth:`restore` undoes it."""
+    def install(self, early=None):
+        """Catch SIGTERM and SIGUSR1 from now on (main thread only); :meth:`restore` undoes it. ``early``
+        (an :class:`EarlySignals`) hands over a signal caught while the process was starting."""
         for sig in SIGNALS:
             self._old[sig] = signal.signal(sig, self._on_signal)
+        if early is not None:
+            self._old = early.old
+            self.signalled = self.signalled or early.signalled
 
     def restore(self):
         for sig, old in self._old.items():

@@ -179,10 +179,11 @@ def _saver(args):
 
     if args.checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be 0 (only on a signal) or more minutes, got {args.checkpoint_every}")
+    early = checkpoint.EarlySignals()
     comm = comm_mod.init(args.threads)
     saver = checkpoint.Saver(comm, os.path.join(args.out, "checkpoints"), args.checkpoint_every,
                              lambda m: log(comm, m))
-    saver.install()
+    saver.install(early)
     return saver
 
 

@@ -71,10 +71,11 @@ def checkpoints(out):
     return sorted(p.name for p in (out / "checkpoints").iterdir())
 
 
-def interrupt(corpus, out, nranks, sig, to_rank):
+def interrupt(corpus, out, nranks, sig, to_rank, early=False):
     """Start a run, send ``sig`` once training has started (to mpirun, or to the ``to_rank``-th of the rank
-    processes under mpirun, by pid);
-    returns (exit code, output, seconds from the signal to the checkpoint line, to the end of mpirun)."""
+    processes under mpirun, by pid), or with ``early`` to mpirun 1 s after the ranks exist (they are still
+    importing TensorFlow then); returns (exit code, output, seconds from the signal to the checkpoint line,
+    to the end of mpirun)."""
     proc = subprocess.Popen([str(LAUNCH), "-n", str(nranks), "--threads", "1", "hvd-w2v", "train", corpus,
                              "--out", str(out), *OPTIONS, "--checkpoint-every", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -83,6 +84,12 @@ def interrupt(corpus, out, nranks, sig, to_rank):
     bound = threading.Timer(90, _kill_group, [proc])  # a hung job is killed whole, ending the loop below
     bound.start()
     try:
+        if early:
+            while len(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True).stdout.split()) < nranks:
+                time.sleep(0.05)  # bounded by the timer above
+            time.sleep(1)
+            proc.send_signal(sig)
+            sent = time.monotonic()
         for raw in proc.stdout:  # ends when mpirun closes its output
             line = raw.decode("utf-8", "replace")
             lines.append(line)
@@ -124,6 +131,16 @@ def test_sigusr1_to_mpirun_then_resume_equals_the_uninterrupted_run(corpus, refe
     assert saved < 10, "the signal was not acted on within a few seconds"
     result = train(corpus, tmp_path, 2, "--resume")
     assert f"resume: step {step} of {STEPS} from {tmp_path}/checkpoints/step-{step:09d}" in result.output
+    assert_same(tmp_path, reference)
+
+
+def test_sigusr1_while_the_ranks_start_is_acted_on_at_the_first_step(corpus, reference, tmp_path):
+    """Slurm may send its warning in a job's first seconds: the ranks must not die of SIGUSR1's default action
+    while MPI and TensorFlow start, but checkpoint at the first agreed step and resume from there."""
+    code, output, saved, ended = interrupt(corpus, tmp_path, 2, signal.SIGUSR1, to_rank=None, early=True)
+    assert code == EXIT_INTERRUPTED and saved is not None, output[-3000:]
+    assert only_checkpoint(tmp_path) == 5, output[-3000:]  # the first poll (checkpoint.POLL_STEPS)
+    train(corpus, tmp_path, 2, "--resume")
     assert_same(tmp_path, reference)
 
 
