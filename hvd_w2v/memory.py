@@ -120,8 +120,9 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
     the text's size in bytes (None if unknown, as for gzip files: a full block per rank). Not planned: the
-    vocabulary count's Counter of a rank's distinct tokens (about 110 B each) is only known after counting,
-    and this plan is made after the vocabulary is built.
+    vocabulary count, over before this plan is made. Its partial counts are bounded (vocab.PARTIAL_BYTES,
+    19 MiB per rank, whatever the corpus) and could be planned; the counts of the distinct tokens a rank
+    hash-owns (about D/P of the corpus's D distinct tokens, about 85 B each) are known only after counting.
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
@@ -137,6 +138,20 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
         read=READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
                                          else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
     )
+
+
+def exchange_bytes(cfg, ranks):
+    """At most how many bytes one rank sends to the others in one step (0 on one rank).
+
+    Each of a rank's step slots (as in :func:`step_bytes`) names at most one row owned elsewhere: its key goes
+    to the owner (8 B), the row comes back (4 x dim B, sent by the owner: the same count on a balanced plan),
+    and its update and SGD count go to the owner (4 x dim + 4 B). The measured figure is lower: rows repeat
+    within a step (one fetch serves them all) and 1/P of them are the rank's own.
+    """
+    if ranks == 1:
+        return 0
+    slots = math.ceil(cfg.batch_words / ranks) * (2 * cfg.window + 1 + cfg.negative)
+    return slots * (8 + 4 * cfg.dim + 4 * cfg.dim + 4)
 
 
 MAX_RANKS = 1 << 20
@@ -235,3 +250,48 @@ def _cgroup_limits():
 def peak_resident_bytes():
     """This process's peak resident memory so far (Linux ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def main(argv=None):
+    """``python -m hvd_w2v.memory``: a model's plan on paper, at several rank counts."""
+    import argparse
+
+    from .config import Config
+
+    p = argparse.ArgumentParser(prog="python -m hvd_w2v.memory",
+                                description="A model's memory plan on paper: memory per rank and bytes exchanged "
+                                            "per step at several rank counts, and the fewest ranks under a limit.")
+    p.add_argument("--words", type=float, required=True, help="vocabulary size V (e.g. 1e9)")
+    p.add_argument("--dim", type=int, default=Config.dim)
+    p.add_argument("--batch-words", type=int, default=Config.batch_words)
+    p.add_argument("--limit", help="memory per rank (e.g. 64G): prints the smallest rank count that fits")
+    p.add_argument("--positions", type=float, default=0,
+                   help="kept corpus tokens, the id stream's length (default 0: left out, its pages are "
+                        "file-backed and reclaimable)")
+    p.add_argument("--corpus-bytes", type=float, default=None, help="text size (default: unknown, a full block)")
+    p.add_argument("--ranks", type=int, nargs="*", default=[])
+    a = p.parse_args(argv)
+    cfg = Config(dim=a.dim, batch_words=a.batch_words)
+    v, positions = int(a.words), int(a.positions)
+    corpus = None if a.corpus_bytes is None else int(a.corpus_bytes)
+    gib = lambda b: f"{b / (1 << 30):,.1f}"  # noqa: E731
+    print(f"V = {v:,} words, dim {a.dim}: W_in + W_out = {gib(v * a.dim * 8)} GiB; batch {a.batch_words:,} "
+          f"positions, window {cfg.window}, negative {cfg.negative}")
+    ranks = list(a.ranks)
+    if a.limit:
+        limit = parse_size(a.limit)
+        need = min_ranks(limit, v, cfg, positions, corpus)
+        print(f"limit {gib(limit)} GiB per rank: " + (f"the fewest ranks that fit: {need:,}" if need else
+                                                       "no rank count fits (the per-rank baseline and tables)"))
+        if need:
+            ranks = sorted(set(ranks) | {need, 2 * need, 4 * need})
+    print(f"{'ranks':>8} {'GiB/rank':>9} {'model':>8} {'words':>8} {'tables':>8} {'step':>6} {'vocab':>7} "
+          f"{'MiB sent/step/rank':>19}")
+    for r in ranks or [1, 8, 64]:
+        q = plan(v, cfg, r, positions, corpus)
+        print(f"{r:8,} {gib(q.total):>9} {gib(q.model):>8} {gib(q.words):>8} {gib(q.tables):>8} {gib(q.step):>6} "
+              f"{gib(q.read):>7} {exchange_bytes(cfg, r) / MIB:19,.1f}")
+
+
+if __name__ == "__main__":
+    main()

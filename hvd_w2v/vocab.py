@@ -1,17 +1,36 @@
 """The vocabulary, built in parallel: no rank holds the whole word table.
 
-1. Each rank counts the tokens of its own byte range (corpus.split).
-2. Counts go to the word's *hash owner*, ``hash64(word) % P``, which sums them and applies ``min_count``
-   and ``max_vocab_size``.
+1. Each rank counts the tokens of its own byte range (corpus.split) chunk by chunk into a *partial* Counter.
+   Whenever that Counter holds more than FLUSH_WORDS distinct words (or the rank's text is over), the rank
+   joins a *round*: every rank sends its partial counts to each word's *hash owner*, ``hash64(word) % P``,
+   which adds them to its own counts, and empties its partial Counter. Rounds are collective: a rank whose
+   text is over still takes part (sending nothing) until all ranks' text is over.
+2. Hash owners, holding the corpus counts of their words, apply ``min_count`` and ``max_vocab_size``.
 3. A global frequency rank (the word's *id*) is agreed: ids sort by count, descending, ties by hash64, so the
    ids do not depend on the rank count. Hash owners keep ``word -> id`` for their words (used to encode).
 4. Each word's string goes to its *row owner* (shard.RowPlan), which keeps the strings of its rows (export).
 
-Per word, every rank keeps 8 bytes: ``keep`` (float32 subsampling keep-probability) and ``noise_cdf``
-(uint32 cumulative unigram^0.75 table). Strings are held only by hash and row owners: about 2/P of them.
-While ids are agreed, each rank holds (count, hash) of every word for a moment: 16 bytes per word.
+Memory per rank (8-byte words):
+- while counting: the partial Counter, at most FLUSH_WORDS + CHUNK_BYTES / 2 = 98,304 distinct words at 96 B,
+  and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107 B
+  more: PARTIAL_BYTES = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct tokens
+  it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, about 85 B each, briefly up to
+  half more while the dict's table doubles (on 1 rank, 1.2M distinct tokens: 96 MiB resident above the
+  start after counting, 136 MiB at the peak). The reader holds one corpus.BLOCK_BYTES block and one chunk's
+  tokens. On one rank there are no rounds: its partial Counter is the owner's.
+- afterwards, per word kept, every rank keeps 8 bytes: ``keep`` (float32 subsampling keep-probability) and
+  ``noise_cdf`` (uint32 cumulative unigram^0.75 table). Strings are held only by hash and row owners: about
+  2/P of them. While ids are agreed, each rank holds (count, hash) of every word for a moment: 16 bytes per
+  word, about 40 with the sort's order, the ids and the tables' float64 temporaries (counted from the arrays
+  alive at once).
+
+Measured (tests/test_scale_memory.py, 630,390 words kept of 798,517 distinct, 6M tokens): VmHWM above the
+RSS before vocab.build was 222 MiB on 1 rank and 80-82 MiB on each of 4 ranks (a Counter per rank of all
+its range's distinct tokens, as before the rounds, gave 164 MiB on each of 4 ranks).
 """
 import hashlib
+import math
+import re
 from collections import Counter
 
 import numpy as np
@@ -22,6 +41,22 @@ from .shard import RowPlan
 
 NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
 CDF_DOMAIN = 2**31 - 1  # noise_cdf is scaled to this, as gensim's cum_table
+
+# Distinct words a rank's partial Counter may hold before it joins a round that sends them to their owners.
+# Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the memory
+# plan's 104 MiB for reading text; each round costs a handful of collectives and about 1.5 us of Python per
+# word sent (hash64, sorting, merging), and a smaller bound sends the frequent words more often.
+FLUSH_WORDS = 1 << 16
+# Text counted between two looks at the bound: a chunk of it holds at most CHUNK_BYTES / 2 tokens (a token
+# and its whitespace take 2 bytes or more), so the partial Counter never holds more than FLUSH_WORDS +
+# CHUNK_BYTES / 2 = 98,304 words.
+CHUNK_BYTES = 1 << 16
+# Bytes per word of the partial counts (96: the Counter) and of a round's copies above them (107: words
+# sorted by owner, lengths, the bytes sent and received, counts, the owner's new entries), 8-byte words, per
+# rank; measured with tracemalloc around vocab._flush on 2 and 4 ranks, 95,536 words per rank.
+PARTIAL_WORD_BYTES = 96 + 107
+# Upper bound of the partial counts and a round's copies, bytes per rank: 98,304 words x 203 B = 19 MiB.
+PARTIAL_BYTES = (FLUSH_WORDS + CHUNK_BYTES // 2) * PARTIAL_WORD_BYTES
 
 
 def hash64(word):
@@ -47,40 +82,86 @@ class Vocab:
         return np.searchsorted(self.noise_cdf, (uniforms * CDF_DOMAIN).astype(np.uint32), side="right")
 
 
-def count_local(pieces):
-    """Token counts of one rank's pieces, and the number of tokens (raw words)."""
-    counts = Counter()
-    raw = 0
+def count(comm, pieces, error=None):
+    """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
+
+    Returns ``({word bytes: count}, tokens read by this rank)``. ``error``: this rank's bad-input message
+    found before counting (it then reads nothing). Raises UserError on every rank, at the first round after
+    any rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring;
+    the partial counts never exceed FLUSH_WORDS words plus one chunk's.
+    """
+    owned, local = {}, Counter()
+    # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
+    bound = FLUSH_WORDS if comm.size > 1 else math.inf
+    chunks = iter(()) if error else _chunks(pieces)
+    raw, done = 0, error is not None
+    while True:
+        while not done and len(local) <= bound:
+            try:
+                tokens = next(chunks, None)
+            except UserError as e:
+                error, tokens = str(e), None
+            if tokens is None:
+                done = True
+            else:
+                raw += len(tokens)
+                local.update(tokens)
+        states = comm.allgather((done, error))  # one round: who is out of text, and any bad input
+        errors = [e for _, e in states if e]
+        if errors:  # every rank raises the same message, as Comm.agree does
+            raise UserError(errors[0])
+        if comm.size == 1:
+            return local, raw
+        _flush(comm, local, owned)
+        if all(d for d, _ in states):
+            return owned, raw
+
+
+def _flush(comm, local, owned):
+    """Send the partial counts ``local`` to the words' hash owners, add those received to ``owned``, and
+    empty ``local`` (collective: one round)."""
+    words = list(local)
+    counts = np.fromiter(local.values(), dtype=np.int64, count=len(words))  # in the order of ``words``
+    local.clear()
+    order, per_dest = _owner_order(words, comm.size)
+    words = [words[i] for i in order.tolist()]
+    got_words = exchange_words(comm, words, per_dest)
+    del words
+    got_counts, _ = comm.alltoallv(counts[order], per_dest)
+    get = owned.get
+    for w, c in zip(got_words, got_counts.tolist()):
+        owned[w] = get(w, 0) + c
+
+
+_WHITESPACE = re.compile(b"[" + re.escape(corpus.WHITESPACE) + b"]")
+
+
+def _chunks(pieces, chunk_bytes=None):
+    """The token lists of ``pieces``, each from at most about ``chunk_bytes`` (default CHUNK_BYTES) of text:
+    corpus blocks cut at whitespace, so that no token is split and a block's tokens are never all alive."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     for block, _ in corpus.read_blocks(pieces):
-        tokens = block.split()
-        raw += len(tokens)
-        counts.update(tokens)
-    return counts, raw
+        start = 0
+        while start < len(block):
+            cut = _WHITESPACE.search(block, start + chunk_bytes) if start + chunk_bytes < len(block) else None
+            end = cut.start() if cut else len(block)
+            yield block[start:end].split()
+            start = end
 
 
 def build(comm, paths, cfg, log=lambda m: None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective)."""
-    error = None
+    error, pieces = None, []
     try:
         corpus.check_files(paths)
-        local, raw = count_local(corpus.split(paths, comm.size)[comm.rank])
+        pieces = corpus.split(paths, comm.size)[comm.rank]
     except UserError as e:
-        error, local, raw = str(e), Counter(), 0
-    comm.agree(error)
+        error = str(e)
+    merged, raw = count(comm, pieces, error)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")
-    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(local)):,} distinct tokens on all ranks")
-
-    # Hash owners sum the counts of their words: send (word, count) pairs to hash64(word) % P.
-    words, per_dest = by_hash_owner(local, comm.size)
-    sent_counts = np.array([local[w] for w in words], dtype=np.int64)
-    got_words = exchange_words(comm, words, per_dest)
-    got_counts, _ = comm.alltoallv(sent_counts, per_dest)
-    merged = Counter()
-    for w, c in zip(got_words, got_counts.tolist()):
-        merged[w] += c
-    del local, words, got_words
+    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(merged)):,} distinct tokens")
 
     mine = [(w, c) for w, c in merged.items() if c >= cfg.min_count]
     del merged
@@ -153,9 +234,14 @@ def _count_floor(comm, counts, limit):
 def by_hash_owner(words, ranks):
     """``words`` ordered by hash owner (``hash64(word) % ranks``, stable), and how many go to each rank."""
     words = list(words)
+    order, per_dest = _owner_order(words, ranks)
+    return [words[i] for i in order.tolist()], per_dest
+
+
+def _owner_order(words, ranks):
+    """The positions of ``words`` (a list) sorted by hash owner, stable; and how many go to each rank."""
     owners = np.fromiter((hash64(w) % ranks for w in words), dtype=np.int64, count=len(words))
-    order = np.argsort(owners, kind="stable")
-    return [words[i] for i in order], np.bincount(owners, minlength=ranks)
+    return np.argsort(owners, kind="stable"), np.bincount(owners, minlength=ranks)
 
 
 def exchange_words(comm, words, per_dest):
