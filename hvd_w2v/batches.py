@@ -37,7 +37,7 @@ def build(stream, vocab, cfg, epoch, lo, hi):
     ids = stream.read(base, hi + span).astype(np.int64)
     pos = base + np.arange(len(ids), dtype=np.int64)
     word = ids >= 0
-    keep = word & (rng.uniform(cfg.seed, rng.KEEP, epoch, pos) < vocab.keep[np.where(word, ids, 0)])
+    keep = word & (rng.uniform(cfg.seed, rng.KEEP, epoch, pos) < vocab.keep(np.where(word, ids, 0)))
     sentence = np.cumsum(ids == SENTENCE_END)
 
     kept = np.flatnonzero(keep)

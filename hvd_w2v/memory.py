@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from .errors import UserError
+from .vocab import PARTIAL_BYTES, RUN_BYTES  # no TensorFlow behind them
 
 MIB = 1 << 20
 
@@ -34,8 +35,12 @@ BASELINE_BYTES = 429 * MIB
 # after (python -m hvd_w2v.bench.memory_probes words). Both sets are about V/P words per rank.
 WORD_BYTES = 141 + 54 + 8
 
-# Per-word tables every rank keeps for all V words: keep (float32) and noise_cdf (uint32), see vocab.py.
-TABLE_BYTES = 4 + 4
+
+
+def distinct_counts(vocab_size, tokens=0):
+    """At most how many distinct counts V words can have in ``tokens`` kept tokens: the smallest total of D
+    distinct counts is 1 + 2 + ... + D, so D < sqrt(2 T); V when T is unknown (0)."""
+    return min(vocab_size, math.isqrt(2 * tokens) + 1) if tokens else vocab_size
 
 # The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
 # executor and the allocators' slack (glibc keeps freed step buffers). Fitted on 2-rank runs of
@@ -75,12 +80,12 @@ class MemoryPlan:
     ranks: int
     baseline: int  # the process with its libraries initialised (BASELINE_BYTES, measured)
     model: int  # W_in and W_out slices: ceil(V/P) rows x dim x 4 B x 2
-    tables: int  # keep + noise_cdf for every word: V x 8 B (vocab.py)
+    tables: int  # the counts by id as runs (vocab.CountRuns): RUN_BYTES x distinct counts, the same on every rank
     words: int  # word strings and lookup of the words this rank owns: ceil(V/P) x WORD_BYTES
     step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
     hot: int  # hot-row replicas [2H, d] and the allreduce block [2H, d+1] with Horovod's in and out copies
     stream: int  # pages of the memory-mapped id stream: 4 B x positions (every rank reads all of it)
-    read: int  # peak while reading text: min(block, corpus bytes / P) x READ_BYTES_PER_TEXT_BYTE
+    read: int  # peak while reading text: min(block, corpus bytes / P) x READ_BYTES_PER_TEXT_BYTE + PARTIAL_BYTES
 
     @property
     def training(self):
@@ -115,14 +120,15 @@ def step_bytes(cfg, vocab_size, ranks):
             + 4 * cfg.dim * (STEP_SLOT_COPIES * slots + STEP_UNIQUE_COPIES * unique))
 
 
-def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
+def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
-    the text's size in bytes (None if unknown, as for gzip files: a full block per rank). Not planned: the
-    vocabulary count, over before this plan is made. Its partial counts are bounded (vocab.PARTIAL_BYTES,
-    19 MiB per rank, whatever the corpus) and could be planned; the counts of the distinct tokens a rank
-    hash-owns (about D/P of the corpus's D distinct tokens, about 85 B each) are known only after counting.
+    the text's size in bytes (None if unknown, as for gzip files: a full block per rank); ``tokens``: the
+    kept tokens, which bound the distinct counts (default: ``positions``). The reading part
+    holds the vocabulary count's partial counts (vocab.PARTIAL_BYTES, bounded whatever the corpus). Not
+    planned: the counts of the distinct tokens a rank hash-owns while counting (about D/P of the corpus's D
+    distinct tokens, about 85 B each), known only after counting; the kept ones become ``words``.
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
@@ -130,13 +136,13 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None):
         ranks=ranks,
         baseline=BASELINE_BYTES,
         model=rows * cfg.dim * 4 * 2,
-        tables=vocab_size * TABLE_BYTES,
+        tables=RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens),
         words=rows * WORD_BYTES,
         step=step_bytes(cfg, vocab_size, ranks),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
         stream=4 * positions,
-        read=READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
-                                         else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
+        read=PARTIAL_BYTES + READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
+                                                         else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
     )
 
 
@@ -157,11 +163,11 @@ def exchange_bytes(cfg, ranks):
 MAX_RANKS = 1 << 20
 
 
-def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None):
+def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None):
     """The smallest rank count whose plan fits ``limit`` bytes per rank, or None when none up to MAX_RANKS
-    does (the baseline and the per-word tables do not shrink with more ranks). The plan's total does not
+    does (the baseline, the count runs and the step's fixed part do not shrink with more ranks). The plan's total does not
     grow with the rank count, so a bisection finds it."""
-    fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes).total <= limit  # noqa: E731
+    fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens).total <= limit  # noqa: E731
     if not fits(MAX_RANKS):
         return None
     lo, hi = 1, MAX_RANKS
@@ -265,14 +271,16 @@ def main(argv=None):
     p.add_argument("--dim", type=int, default=Config.dim)
     p.add_argument("--batch-words", type=int, default=Config.batch_words)
     p.add_argument("--limit", help="memory per rank (e.g. 64G): prints the smallest rank count that fits")
+    p.add_argument("--tokens", type=float, default=0,
+                   help="kept corpus tokens: they bound the distinct counts (default 0: unknown, V of them)")
     p.add_argument("--positions", type=float, default=0,
-                   help="kept corpus tokens, the id stream's length (default 0: left out, its pages are "
-                        "file-backed and reclaimable)")
+                   help="the id stream's length, to count its pages (default 0: left out; they are file-backed "
+                        "and reclaimable, so they need not fit)")
     p.add_argument("--corpus-bytes", type=float, default=None, help="text size (default: unknown, a full block)")
     p.add_argument("--ranks", type=int, nargs="*", default=[])
     a = p.parse_args(argv)
     cfg = Config(dim=a.dim, batch_words=a.batch_words)
-    v, positions = int(a.words), int(a.positions)
+    v, positions, tokens = int(a.words), int(a.positions), int(a.tokens)
     corpus = None if a.corpus_bytes is None else int(a.corpus_bytes)
     gib = lambda b: f"{b / (1 << 30):,.1f}"  # noqa: E731
     print(f"V = {v:,} words, dim {a.dim}: W_in + W_out = {gib(v * a.dim * 8)} GiB; batch {a.batch_words:,} "
@@ -280,17 +288,17 @@ def main(argv=None):
     ranks = list(a.ranks)
     if a.limit:
         limit = parse_size(a.limit)
-        need = min_ranks(limit, v, cfg, positions, corpus)
+        need = min_ranks(limit, v, cfg, positions, corpus, tokens)
         print(f"limit {gib(limit)} GiB per rank: " + (f"the fewest ranks that fit: {need:,}" if need else
-                                                       "no rank count fits (the per-rank baseline and tables)"))
+                                                       "no rank count fits (the per-rank baseline, runs and step)"))
         if need:
             ranks = sorted(set(ranks) | {need, 2 * need, 4 * need})
-    print(f"{'ranks':>8} {'GiB/rank':>9} {'model':>8} {'words':>8} {'tables':>8} {'step':>6} {'vocab':>7} "
+    print(f"{'ranks':>8} {'GiB/rank':>9} {'model':>8} {'words':>8} {'tables':>8} {'step':>6} {'reading':>8} "
           f"{'MiB sent/step/rank':>19}")
     for r in ranks or [1, 8, 64]:
-        q = plan(v, cfg, r, positions, corpus)
+        q = plan(v, cfg, r, positions, corpus, tokens)
         print(f"{r:8,} {gib(q.total):>9} {gib(q.model):>8} {gib(q.words):>8} {gib(q.tables):>8} {gib(q.step):>6} "
-              f"{gib(q.read):>7} {exchange_bytes(cfg, r) / MIB:19,.1f}")
+              f"{gib(q.read):>8} {exchange_bytes(cfg, r) / MIB:19,.1f}")
 
 
 if __name__ == "__main__":

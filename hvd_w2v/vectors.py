@@ -65,19 +65,60 @@ class ShardedVectors:
         ``queries`` float32[q, d]; ``exclude[j]`` is a set of ids left out of query j's answers.
         Returns the lists on rank 0 (None elsewhere). Collective.
         """
-        scores = self.unit @ np.asarray(queries, np.float32).T  # [rows, q]
+        return self.top(self.unit @ np.asarray(queries, np.float32).T, topn, exclude)
+
+    def top(self, scores, topn=10, exclude=()):
+        """The ``topn`` best (score, word) of each column of ``scores`` (float[this rank's rows, q]: any score
+        of this rank's rows), merged over ranks; ties go to the lower id, so the answer does not depend on the
+        rank count. ``exclude[j]``: ids left out of column j. Lists on rank 0, None elsewhere. Collective."""
         my_ids = self.plan.ids(self.comm.rank)
         local = []
         for j in range(scores.shape[1]):
-            s = scores[:, j].copy()
+            s = np.array(scores[:, j], np.float64)
             if j < len(exclude) and exclude[j]:
                 s[np.isin(my_ids, list(exclude[j]))] = -np.inf
-            top = np.argsort(-s, kind="stable")[:topn]
-            local.append([(float(s[k]), self.words[k]) for k in top if np.isfinite(s[k])])
+            best = np.argsort(-s, kind="stable")[:topn]  # stable: equal scores keep local (= id) order
+            local.append([(float(s[k]), int(my_ids[k]), self.words[k]) for k in best if np.isfinite(s[k])])
         parts = self.comm.allgather(local)
         if self.comm.rank != 0:
             return None
-        return [sorted((x for p in parts for x in p[j]), key=lambda t: -t[0])[:topn] for j in range(len(local))]
+        return [[(score, word) for score, _, word in sorted((x for p in parts for x in p[j]),
+                                                            key=lambda t: (-t[0], t[1]))[:topn]]
+                for j in range(len(local))]
+
+    def analogy(self, queries, topn=10, method="3cosadd"):
+        """Answers x of "a is to b as c is to x" for each (a, b, c) of words (bytes, exact spelling).
+
+        ``method`` "3cosadd": cosine of x with b - a + c (of unit vectors), as gensim's
+        ``most_similar(positive=[b, c], negative=[a])``; "3cosmul": Levy & Goldberg's
+        ``(1+cos(x,b))/2 * (1+cos(x,c))/2 / ((1+cos(x,a))/2 + 1e-6)``, as ``most_similar_cosmul``.
+        a, b and c are never answers. Returns on rank 0, per query, ``(answers, missing)``: ``[(score, word)]``
+        best first, and the query's words missing from the vocabulary (then no answers); None elsewhere.
+        Collective.
+        """
+        if method not in ("3cosadd", "3cosmul"):
+            from .errors import UserError
+
+            raise UserError(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
+        words = sorted({w for q in queries for w in q})
+        ids = dict(zip(words, self.ids(words)))
+        known = [j for j, q in enumerate(queries) if all(ids[w] >= 0 for w in q)]  # the same on every rank
+        found = []
+        if known:
+            rows = self.rows([ids[w] for j in known for w in queries[j]]).reshape(len(known), 3, -1)
+            a, b, c = rows[:, 0], rows[:, 1], rows[:, 2]
+            if method == "3cosadd":
+                direction = b - a + c
+                direction /= np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-12)
+                scores = self.unit @ direction.T
+            else:
+                shift = lambda m: (1 + self.unit @ m.T) / 2  # noqa: E731
+                scores = shift(b) * shift(c) / (shift(a) + 1e-6)
+            found = self.top(scores, topn, exclude=[{ids[w] for w in queries[j]} for j in known])
+        if self.comm.rank != 0:
+            return None
+        answers = dict(zip(known, found))
+        return [(answers.get(j, []), [w for w in q if ids[w] < 0]) for j, q in enumerate(queries)]
 
     def neighbors(self, words, topn=10):
         """{word: [(neighbour, cosine), ...]} on rank 0 for the words in the vocabulary. Collective."""
@@ -102,7 +143,7 @@ class LoadedVocab:
 
     def __init__(self, size, lookup, row_words):
         self.size = size
-        self.lookup = lookup  # {word bytes: id} for the words this rank hash-owns (hash64(word) % P)
+        self.lookup = lookup  # {word bytes: id} for the words this rank hash-owns (vocab.hash_owner)
         self.row_words = row_words  # [bytes]: words of this rank's rows, local row order
 
 
@@ -195,7 +236,7 @@ def load(comm, path):
     """
     from .errors import UserError
     from .shard import RowPlan
-    from .vocab import hash64
+    from .vocab import hash64, hash_owner
 
     error, plan, rows, words, lookup = None, None, [], [], {}
     try:
@@ -203,7 +244,7 @@ def load(comm, path):
         size, dim = next(records)
         plan = RowPlan(size, comm.size)
         for i, word, row in records:
-            if hash64(word) % comm.size == comm.rank:
+            if hash_owner(hash64(word), comm.size) == comm.rank:
                 lookup.setdefault(word, i)
             if row is not None:
                 words.append(word)

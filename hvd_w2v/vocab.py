@@ -2,12 +2,14 @@
 
 1. Each rank counts the tokens of its own byte range (corpus.split) chunk by chunk into a *partial* Counter.
    Whenever that Counter holds more than FLUSH_WORDS distinct words (or the rank's text is over), the rank
-   joins a *round*: every rank sends its partial counts to each word's *hash owner*, ``hash64(word) % P``,
-   which adds them to its own counts, and empties its partial Counter. Rounds are collective: a rank whose
+   joins a *round*: every rank sends its partial counts to each word's *hash owner* (:func:`hash_owner`:
+   ranks own ranges of ``hash64(word)``), which adds them to its own counts, and empties its partial Counter. Rounds are collective: a rank whose
    text is over still takes part (sending nothing) until all ranks' text is over.
 2. Hash owners, holding the corpus counts of their words, apply ``min_count`` and ``max_vocab_size``.
 3. A global frequency rank (the word's *id*) is agreed: ids sort by count, descending, ties by hash64, so the
-   ids do not depend on the rank count. Hash owners keep ``word -> id`` for their words (used to encode).
+   ids do not depend on the rank count; only histograms of counts travel (:func:`agree_ids`). Hash owners
+   keep ``word -> id`` for their words (used to encode); every rank keeps the counts by id as runs of equal
+   counts (:class:`CountRuns`), which answer subsampling and noise draws.
 4. Each word's string goes to its *row owner* (shard.RowPlan), which keeps the strings of its rows (export).
 
 Memory per rank (8-byte words):
@@ -18,11 +20,9 @@ Memory per rank (8-byte words):
   half more while the dict's table doubles (on 1 rank, 1.2M distinct tokens: 96 MiB resident above the
   start after counting, 136 MiB at the peak). The reader holds one corpus.BLOCK_BYTES block and one chunk's
   tokens. On one rank there are no rounds: its partial Counter is the owner's.
-- afterwards, per word kept, every rank keeps 8 bytes: ``keep`` (float32 subsampling keep-probability) and
-  ``noise_cdf`` (uint32 cumulative unigram^0.75 table). Strings are held only by hash and row owners: about
-  2/P of them. While ids are agreed, each rank holds (count, hash) of every word for a moment: 16 bytes per
-  word, about 40 with the sort's order, the ids and the tables' float64 temporaries (counted from the arrays
-  alive at once).
+- afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
+  (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
+  hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
 
 Measured (tests/test_scale_memory.py, 630,390 words kept of 798,517 distinct, 6M tokens): VmHWM above the
 RSS before vocab.build was 222 MiB on 1 rank and 80-82 MiB on each of 4 ranks (a Counter per rank of all
@@ -40,7 +40,6 @@ from .errors import UserError
 from .shard import RowPlan
 
 NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
-CDF_DOMAIN = 2**31 - 1  # noise_cdf is scaled to this, as gensim's cum_table
 
 # Distinct words a rank's partial Counter may hold before it joins a round that sends them to their owners.
 # Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the memory
@@ -64,22 +63,73 @@ def hash64(word):
     return int.from_bytes(hashlib.blake2b(word, digest_size=8).digest(), "little")
 
 
+def hash_owner(h, ranks):
+    """The rank that owns the word of 64-bit hash ``h`` (int or uint64 array): ranks own equal *ranges* of
+    hashes, so the words of rank r all hash below those of rank r + 1 (what :func:`agree_ids` relies on)."""
+    if isinstance(h, np.ndarray):
+        return ((h >> np.uint64(32)) * np.uint64(ranks) >> np.uint64(32)).astype(np.int64)
+    return ((h >> 32) * ranks) >> 32
+
+
+RUN_BYTES = 8 + 8 + 4 + 8 + 8  # per distinct count: counts, starts, keep_by_run, weight, cum
+
+
+class CountRuns:
+    """Every word's corpus count, by id, in O(distinct counts) memory, the same on every rank.
+
+    Ids are in count order (descending), so the words of one count hold consecutive ids: a *run*. The
+    subsampling keep-probability and the unigram^0.75 noise weight depend on the count alone, so both are
+    answered from the runs with no per-word table. A corpus of T tokens has fewer than sqrt(2 T) distinct
+    counts (2,000 here for the 15M-token real corpus; under 1.5 million for a trillion tokens).
+    """
+
+    def __init__(self, counts, lengths, sample):
+        self.counts = np.asarray(counts, np.int64)  # int64[D]: the distinct counts, descending
+        self.starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)  # int64[D + 1]: first id of each
+        self.size = int(self.starts[-1])  # V
+        self.total = int((self.counts * np.diff(self.starts)).sum())  # occurrences of the kept words
+        self.keep_by_run = keep_probability(self.counts, self.total, sample)
+        self.weight = self.counts.astype(np.float64) ** NOISE_POWER  # each word's noise weight, by run
+        self.cum = np.concatenate(([0.0], np.cumsum(self.weight * np.diff(self.starts))))  # before each run
+
+    def run(self, ids):
+        return np.searchsorted(self.starts, ids, side="right") - 1
+
+    def count(self, ids):
+        """int64 corpus counts of word ``ids``."""
+        return self.counts[self.run(ids)]
+
+    def keep(self, ids):
+        """float32 probability that an occurrence of each of ``ids`` survives subsampling."""
+        return self.keep_by_run[self.run(ids)]
+
+    def draw_noise(self, uniforms):
+        """Noise word ids for uniforms in [0, 1): the inverse CDF of unigram^0.75, run by run."""
+        x = np.asarray(uniforms) * self.cum[-1]
+        run = np.minimum(np.searchsorted(self.cum, x, side="right") - 1, len(self.counts) - 1)
+        within = ((x - self.cum[run]) / self.weight[run]).astype(np.int64)
+        return self.starts[run] + np.minimum(within, self.starts[run + 1] - self.starts[run] - 1)
+
+
 class Vocab:
     """What one rank knows of the vocabulary. ``size`` words, ids ``0..size-1`` in frequency order."""
 
-    def __init__(self, size, counts_total, raw_words, keep, noise_cdf, lookup, row_words, row_counts):
-        self.size = size  # V: words kept
-        self.total = counts_total  # occurrences of kept words in the corpus
+    def __init__(self, runs, raw_words, lookup, row_words, row_counts):
+        self.runs = runs  # CountRuns: every id's count, keep-probability and noise weight
+        self.size = runs.size  # V: words kept
+        self.total = runs.total  # occurrences of kept words in the corpus
         self.raw_words = raw_words  # all tokens of the corpus, kept or not (gensim's "raw words")
-        self.keep = keep  # float32[V]: probability that an occurrence of id survives subsampling
-        self.noise_cdf = noise_cdf  # uint32[V]: cumulative unigram^0.75, scaled to CDF_DOMAIN
         self.lookup = lookup  # {word bytes: id} for the words this rank hash-owns
         self.row_words = row_words  # [bytes]: words of the rows this rank owns, in local row order
         self.row_counts = row_counts  # int64[]: their corpus counts
 
+    def keep(self, ids):
+        """float32 probability that an occurrence of each of ``ids`` survives subsampling."""
+        return self.runs.keep(ids)
+
     def draw_noise(self, uniforms):
         """Noise word ids for uniforms in [0, 1): inverse CDF of unigram^0.75."""
-        return np.searchsorted(self.noise_cdf, (uniforms * CDF_DOMAIN).astype(np.uint32), side="right")
+        return self.runs.draw_noise(uniforms)
 
 
 def count(comm, pieces, error=None):
@@ -173,19 +223,8 @@ def build(comm, paths, cfg, log=lambda m: None):
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
                         f"{comm.size} ranks; lower --min-count, use a larger corpus or fewer ranks")
 
-    # Agree the ids: every rank sorts the (count, hash) of all words the same way (16 bytes/word, briefly).
-    my_counts = np.array([c for _, c in mine], dtype=np.int64)
-    my_hashes = np.fromiter((hash64(w) for w, _ in mine), dtype=np.uint64, count=len(mine))
-    all_counts = np.concatenate(comm.allgather(my_counts))
-    all_hashes = np.concatenate(comm.allgather(my_hashes))
-    order = np.lexsort((all_hashes, -all_counts))  # position k of the sorted list is id k
-    del all_hashes
-    ids = np.empty(size, dtype=np.int64)
-    ids[order] = np.arange(size)
-    start = sum(comm.allgather(len(mine))[: comm.rank])
-    my_ids = ids[start:start + len(mine)]
-    counts_by_id = all_counts[order]
-    del all_counts, order, ids
+    my_ids, runs = agree_ids(comm, np.array([c for _, c in mine], dtype=np.int64),
+                             np.fromiter((hash64(w) for w, _ in mine), dtype=np.uint64, count=len(mine)), cfg.sample)
     lookup = {w: int(i) for (w, _), i in zip(mine, my_ids)}
 
     # Row owners get the strings and counts of their rows.
@@ -199,14 +238,33 @@ def build(comm, paths, cfg, log=lambda m: None):
     words_by_row = [b""] * plan.rows(comm.rank)
     for w, r in zip(row_words, local_rows.tolist()):
         words_by_row[r] = w
-    row_counts = counts_by_id[plan.ids(comm.rank)]
+    log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
+    return Vocab(runs, raw_words, lookup, words_by_row, runs.count(plan.ids(comm.rank)))
 
-    total = int(counts_by_id.sum())
-    keep = keep_probability(counts_by_id, total, cfg.sample)
-    noise = np.cumsum(counts_by_id.astype(np.float64) ** NOISE_POWER)
-    noise_cdf = np.round(noise / noise[-1] * CDF_DOMAIN).astype(np.uint32)
-    log(f"vocab: {size:,} words with count >= {cfg.min_count} ({total:,} of the {raw_words:,} tokens)")
-    return Vocab(size, total, raw_words, keep, noise_cdf, lookup, words_by_row, row_counts)
+
+def agree_ids(comm, counts, hashes, sample):
+    """Global ids of this rank's words, and the CountRuns of the vocabulary (collective).
+
+    ``counts`` (int64[n]) and ``hashes`` (uint64[n]): this rank's words, which it hash-owns. Ids sort by count,
+    descending, then by hash: a function of the words alone, so the same on any rank count. Ranks own
+    *ranges* of hashes (hash_owner), so within one count the words are ordered rank by rank, and a word's id
+    is (the words of higher counts) + (its count's words on lower ranks) + (its place among this rank's words
+    of its count). Only each rank's histogram of counts travels: O(P x distinct counts) per rank, never
+    O(V) (the former global sort held 40 B per word on every rank).
+    """
+    order = np.lexsort((hashes, -counts))
+    mine, lengths = np.unique(-counts[order], return_counts=True)  # this rank's distinct counts, descending
+    hists = comm.allgather((-mine, lengths))  # mpi4py: every rank's histogram of counts
+    distinct = -np.unique(np.concatenate([-c for c, _ in hists]))  # all distinct counts, descending
+    per_rank = np.zeros((comm.size, len(distinct)), np.int64)
+    for r, (c, n) in enumerate(hists):
+        per_rank[r, np.searchsorted(-distinct, -c)] = n
+    base = np.cumsum(per_rank.sum(axis=0)) - per_rank.sum(axis=0) + per_rank[:comm.rank].sum(axis=0)
+    run = np.searchsorted(-distinct, -counts[order])  # non-decreasing along ``order``
+    place = np.arange(len(order)) - np.searchsorted(run, run, side="left")
+    ids = np.empty(len(counts), np.int64)
+    ids[order] = base[run] + place
+    return ids, CountRuns(distinct, per_rank.sum(axis=0), sample)
 
 
 def keep_probability(counts, total, sample):
@@ -232,7 +290,7 @@ def _count_floor(comm, counts, limit):
 
 
 def by_hash_owner(words, ranks):
-    """``words`` ordered by hash owner (``hash64(word) % ranks``, stable), and how many go to each rank."""
+    """``words`` ordered by hash owner (``hash_owner(hash64(word))``, stable), and how many go to each rank."""
     words = list(words)
     order, per_dest = _owner_order(words, ranks)
     return [words[i] for i in order.tolist()], per_dest
@@ -240,7 +298,7 @@ def by_hash_owner(words, ranks):
 
 def _owner_order(words, ranks):
     """The positions of ``words`` (a list) sorted by hash owner, stable; and how many go to each rank."""
-    owners = np.fromiter((hash64(w) % ranks for w in words), dtype=np.int64, count=len(words))
+    owners = hash_owner(np.fromiter((hash64(w) for w in words), dtype=np.uint64, count=len(words)), ranks)
     return np.argsort(owners, kind="stable"), np.bincount(owners, minlength=ranks)
 
 
