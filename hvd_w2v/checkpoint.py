@@ -237,22 +237,15 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None):
     a rows file missing, of the wrong size or sha256), and UserError when it is sound but belongs to another
     run (format version, vocabulary, stream length or a config field in EXACT differs).
     """
-    text = None
+    m = None
     if comm.rank == 0:
         try:
-            with open(os.path.join(folder, "manifest.json"), "rb") as f:
-                text = f.read(1 << 24).decode("utf-8", "replace")
-        except FileNotFoundError:
-            text = OSError("no manifest.json: incomplete (the job stopped before it was written)")
-        except OSError as e:
-            text = OSError(f"manifest.json cannot be read: {_reason(e)}")
-    text = comm.allgather(text)[0]  # mpi4py: rank 0's reading to every rank, so all decide alike
-    if isinstance(text, OSError):
-        raise Damaged(str(text))
-    m = _parse(text, folder)
-    named = NAME.match(os.path.basename(os.path.normpath(folder)))
-    if named and int(named.group(1)) != m["step"]:
-        raise Damaged(f"manifest.json is of step {m['step']:,}, not of this folder")
+            m = read_manifest(folder)
+        except Damaged as e:
+            m = e
+    m = comm.allgather(m)[0]  # mpi4py: rank 0's reading to every rank, so all decide alike
+    if isinstance(m, Damaged):
+        raise Damaged(str(m))
     old_cfg = m["config"]
     if m["version"] != VERSION:
         raise UserError(f"checkpoint {folder} has format version {m['version']}; this hvd-w2v reads version "
@@ -298,6 +291,26 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None):
         w_in[sel], w_out[sel] = table[0, row[sel]], table[1, row[sel]]
         del table
     return Loaded(folder, m["step"], m["total_steps"], m["ranks"], w_in, w_out)
+
+
+def read_manifest(folder):
+    """The manifest of checkpoint ``folder`` as a dict with the fields :func:`load` needs, of the right types.
+
+    Not collective (`hvd-w2v info` reads it without MPI). Raises :class:`Damaged` when it is missing,
+    unreadable, invalid, or of another step than the folder's name says.
+    """
+    try:
+        with open(os.path.join(folder, "manifest.json"), "rb") as f:
+            text = f.read(1 << 24).decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise Damaged("no manifest.json: incomplete (the job stopped before it was written)") from None
+    except OSError as e:
+        raise Damaged(f"manifest.json cannot be read: {_reason(e)}") from None
+    m = _parse(text, folder)
+    named = NAME.match(os.path.basename(os.path.normpath(folder)))
+    if named and int(named.group(1)) != m["step"]:
+        raise Damaged(f"manifest.json is of step {m['step']:,}, not of this folder")
+    return m
 
 
 def _parse(text, folder):

@@ -137,11 +137,15 @@ def cmd_train(args):
 
     saver = _saver(args)
     cfg, comm, say, paths, voc = _vocabulary(args, check)
+    if args.tensorboard:
+        _writable_folder(comm, args.tensorboard)
     stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
+    record = {}  # OUT/run.json, filled in by _train_or_resume
     try:
-        model, stats = _train_or_resume(args, comm, cfg, voc, stream, say, saver)
+        model, stats = _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record)
     except checkpoint.Interrupted as e:
+        _record(comm, args.out, record, state="interrupted", steps_done=e.step, checkpoint=e.path)
         say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
             f"continue with --resume")
         return checkpoint.EXIT_INTERRUPTED
@@ -162,6 +166,10 @@ def cmd_train(args):
     say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
         f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
         f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
+    _record(comm, args.out, record, state="finished", steps_done=record["total_steps"],
+            seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
+            final_loss=stats["last_loss"], exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4),
+            bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1))
     probes = [w.encode() for w in args.show.split(",") if w]
     shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
     if shown:
@@ -187,9 +195,25 @@ def _saver(args):
     return saver
 
 
-def _train_or_resume(args, comm, cfg, voc, stream, say, saver):
-    """train.train from scratch, or with --resume from the newest good checkpoint of this run. Collective."""
+def _record(comm, out, record, **changes):
+    """Update the run's record (OUT/run.json, see runfolder) with ``changes``; rank 0 writes it. A record that
+    cannot be written is worth a warning, not the run. Every rank keeps the same dict."""
+    from . import runfolder
+    from .comm import log
+
+    record.update(changes)
+    if comm.rank == 0:
+        try:
+            runfolder.write_record(out, record)
+        except OSError as e:
+            log(comm, f"warning: cannot write {os.path.join(out, runfolder.RECORD)}: {e.strerror}")
+
+
+def _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record):
+    """train.train from scratch, or with --resume from the newest good checkpoint of this run. Collective.
+    Starts the run's ``record`` (OUT/run.json): its meta, ranks, corpus and state "training"."""
     from . import checkpoint, train
+    from .progress import Progress
     from .shard import RowPlan
 
     # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
@@ -206,8 +230,14 @@ def _train_or_resume(args, comm, cfg, voc, stream, say, saver):
     elif comm.rank == 0 and checkpoint.scan(saver.root):
         say(f"checkpoint: {saver.root} holds checkpoints of an earlier run; this run starts at step 0 and "
             f"replaces them with its first checkpoint (use --resume to continue that run instead)")
-    saver.begin(checkpoint.meta(cfg, voc.size, vocab_sha, len(stream)), resumed)
-    return train.train(comm, cfg, voc, stream, progress=not args.quiet, resume=resumed, saver=saver)
+    run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
+    saver.begin(run_meta, resumed)
+    _record(comm, args.out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
+            state="training", steps_done=resumed.step if resumed else 0)
+    # The same object on every rank: with --tensorboard each report is collective (train.train's contract).
+    progress = (Progress(comm, display=not args.quiet, tensorboard=args.tensorboard)
+                if not args.quiet or args.tensorboard else False)
+    return train.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
 
 
 def _memory_plan(comm, cfg, voc, paths, limit):
@@ -251,17 +281,40 @@ def _memory_plan(comm, cfg, voc, paths, limit):
 EVAL_DIR = os.path.join("data", "real", "eval")
 
 
-def _load_vectors(path):
-    """Start the ranks and read a word2vec file, each rank keeping its own rows. Collective."""
+def _load_model(path, step=None):
+    """Start the ranks and read a model, each rank keeping its own rows: a word2vec file, or a run folder's
+    newest checkpoint (``step``: that one) or a checkpoint folder. Collective; returns (comm, ShardedVectors)."""
     from . import comm as comm_mod
+    from . import runfolder
     from .comm import log
     from .vectors import load
 
+    if not os.path.isdir(path):
+        if step is not None:
+            raise UserError("--step chooses a checkpoint of a run folder; the model given is a word2vec file")
+        comm = comm_mod.init()
+        vectors = load(comm, path)
+        log(comm, f"load: {path}: {vectors.plan.vocab_size:,} words of {vectors.unit.shape[1]} dimensions, "
+                  f"{vectors.plan}")
+        return comm, vectors
     comm = comm_mod.init()
-    vectors = load(comm, path)
-    log(comm, f"load: {path}: {vectors.plan.vocab_size:,} words of {vectors.unit.shape[1]} dimensions, "
-              f"{vectors.plan}")
-    return comm, vectors
+    model = runfolder.load(comm, path, step, lambda m: log(comm, m))
+    log(comm, f"load: {model.describe()}")
+    _note_finished(comm, model)
+    return comm, model.sharded(comm)
+
+
+def _note_finished(comm, model):
+    """Rank 0 says so when the checkpoint read is not the end of a finished run, whose vectors are elsewhere."""
+    from . import runfolder
+    from .comm import log
+
+    if comm.rank == 0:
+        record = runfolder.read_record(model.run) or {}
+        final = os.path.join(model.run, "vectors.bin")
+        if record.get("state") == "finished" and os.path.exists(final):
+            log(comm, f"note: the run finished ({record.get('total_steps', 0):,} steps); its final vectors are "
+                      f"{final}, this checkpoint is of step {model.manifest['step']:,}")
 
 
 def cmd_evaluate(args):
@@ -270,7 +323,7 @@ def cmd_evaluate(args):
 
     if args.restrict < 1:
         raise UserError(f"--restrict must be at least 1, not {args.restrict}")
-    comm, vectors = _load_vectors(args.vectors)
+    comm, vectors = _load_model(args.vectors, args.step)
     rows = []
     if args.analogies:
         a = evaluate.analogies(vectors, args.analogies, restrict=args.restrict, method=args.method)
@@ -293,9 +346,9 @@ def cmd_evaluate(args):
 
 def cmd_neighbors(args):
     """The nearest words (cosine) of each given word, scored on the sharded rows."""
-    comm, vectors = _load_vectors(args.vectors)
     if args.topn < 1:
         raise UserError(f"--topn must be at least 1, not {args.topn}")
+    comm, vectors = _load_model(args.vectors, args.step)
     words = [w.encode() for w in args.words]
     shown = vectors.neighbors(words, topn=args.topn)
     if comm.rank == 0:
@@ -306,20 +359,88 @@ def cmd_neighbors(args):
     return 0
 
 
-def add_train_options(p):
+def cmd_analogy(args):
+    """Answers of "a is to b as c is to ?" (b - a + c), scored on the sharded rows."""
+    words = [w for query in args.queries for w in query.split()]
+    if len(words) % 3:
+        raise UserError(f"analogy queries are three words each, 'a b c' for b - a + c; got {len(words)} words")
+    if args.topn < 1:
+        raise UserError(f"--topn must be at least 1, not {args.topn}")
+    queries = [tuple(w.encode() for w in words[i:i + 3]) for i in range(0, len(words), 3)]
+    comm, vectors = _load_model(args.vectors, args.step)
+    answers = vectors.analogy(queries, topn=args.topn, method=args.method)
+    if comm.rank == 0:
+        for (a, b, c), (found, missing) in zip(queries, answers):
+            head = f"{b.decode()} - {a.decode()} + {c.decode()}: "
+            print(head + (", ".join(f"{w.decode()} {s:.2f}" for s, w in found) if not missing else
+                          "not in the vocabulary: " + ", ".join(w.decode() for w in missing)))
+    return 0
+
+
+def cmd_encode(args):
+    """The vocabulary (vocab.txt) and the encoded corpus (ids/): what train does before training."""
+    from . import encode
+
+    cfg, comm, say, paths, voc = _vocabulary(args)
+    encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
+    return 0
+
+
+def cmd_export(args):
+    """Word2vec files of a run's newest checkpoint (or step --step), written by every rank, streamed."""
+    from . import comm as comm_mod
+    from . import export, runfolder
+    from .comm import log
+
+    comm = comm_mod.init()
+    say = lambda m: log(comm, m)  # noqa: E731
+    model = runfolder.load(comm, args.run, args.step, say)
+    say(f"load: {model.describe()}")
+    _note_finished(comm, model)
+    out = args.out or model.run
+    for fmt in args.format:
+        name = os.path.join(out, f"vectors-step-{model.manifest['step']}.{'bin' if fmt == 'binary' else 'txt'}")
+        export.write_word2vec(comm, name, model.plan, model.words, model.w_in, binary=fmt == "binary")
+        say(f"export: {name}")
+    return 0
+
+
+def cmd_info(args):
+    """What a run folder or checkpoint holds; reads files only (no MPI)."""
+    from . import runfolder
+
+    lines, ok = runfolder.describe(args.path, verify=args.verify)
+    if _rank() == 0:  # launched on several ranks anyway: one copy
+        print("\n".join(lines), flush=True)
+    return 0 if ok or not args.verify else 1
+
+
+def add_corpus_options(p):
+    """The corpus, the output folder and the vocabulary's options: what vocab, encode and train share."""
     from .config import Config
 
     d = Config()
     p.add_argument("corpus", nargs="*", help=f"text files, plain or .gz (default: the real English corpus, "
                                               f"built into {os.path.dirname(DEFAULT_CORPUS)} on first use)")
     p.add_argument("--out", default=os.path.join("runs", "default"), help="output folder (default: %(default)s)")
+    g = p.add_argument_group("vocabulary")
+    g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
+    g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
+                   help="keep at most this many most frequent words, 0: all (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
+    _add_config_option(p)
+
+
+def add_train_options(p):
+    """train's options: add_corpus_options, the model, the distributed step and the outputs."""
+    from .config import Config
+
+    d = Config()
+    add_corpus_options(p)
     g = p.add_argument_group("model (word2vec defaults)")
     g.add_argument("--dim", type=int, default=d.dim, help="vector width (default: %(default)s)")
     g.add_argument("--window", type=int, default=d.window, help="max context distance (default: %(default)s)")
     g.add_argument("--negative", type=int, default=d.negative, help="noise words per centre (default: %(default)s)")
-    g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
-    g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
-                   help="keep at most this many most frequent words, 0: all (default: %(default)s)")
     g.add_argument("--sample", type=float, default=d.sample, help="subsampling threshold (default: %(default)s)")
     g.add_argument("--epochs", type=int, default=d.epochs, help="passes over the corpus (default: %(default)s)")
     g.add_argument("--alpha", type=float, default=d.alpha, help="initial learning rate (default: %(default)s)")
@@ -336,26 +457,82 @@ def add_train_options(p):
     r.add_argument("--update-cap", type=float, default=d.update_cap,
                    help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
                         "updates (default: %(default)s)")
-    r.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
     r.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
                    help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
                         "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")
-    p.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
+    o = p.add_argument_group("output")
+    o.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")
-    p.add_argument("--show", default=PROBE_WORDS, metavar="WORDS",
+    o.add_argument("--show", default=PROBE_WORDS, metavar="WORDS",
                    help="comma-separated words whose neighbours are printed at the end, '' for none "
                         "(default: %(default)s)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    o.add_argument("--quiet", action="store_true", help="no progress bar or lines")
+    o.add_argument("--tensorboard", metavar="DIR", default=None,
+                   help="write TensorBoard scalars there at every loss report (every 200 steps): loss, "
+                        "learning rate, words/s, bytes exchanged per word, exchange share of step time")
+
+
+def _model_defaults():
+    """The model and step options of train, as defaults, for commands that build a vocabulary without them
+    (config_from needs every Config field; none of these changes the vocabulary or the encoding)."""
+    from .config import Config
+
+    d = Config()
+    return dict(dim=d.dim, window=d.window, negative=d.negative, sample=d.sample, epochs=d.epochs, alpha=d.alpha,
+                min_alpha=d.min_alpha, sg=d.sg, seed=d.seed, batch_words=d.batch_words, hot_rows=d.hot_rows,
+                update_cap=d.update_cap)
+
+
+def _add_config_option(p):
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="read options from FILE (TOML, or INI for .ini/.cfg/.conf; keys are long option names "
+                        "without the dashes); the command line wins (see README, 'Config files')")
+
+
+def _add_model_argument(p, what):
+    p.add_argument("vectors", metavar="MODEL",
+                   help="a word2vec file (.bin: binary, else text), a run folder (its newest checkpoint) or a "
+                        f"checkpoint folder (RUN/checkpoints/step-N): {what}")
+    p.add_argument("--step", type=int, default=None, metavar="N",
+                   help="with a run folder: its checkpoint of global step N (default: the newest good one)")
+
+
+def _command(sub, name, help, examples, description=None):
+    """A subcommand whose help ends with its examples, laid out as written."""
+    return sub.add_parser(name, help=help, description=description or help[0].upper() + help[1:] + ".",
+                          epilog="examples:\n" + "\n".join(f"  {e}" for e in examples),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+DESCRIPTION = ("word2vec (skip-gram, CBOW) for models larger than one machine: every MPI rank holds a slice of "
+               "the vectors.")
+EPILOG = """examples:
+  mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine            # vocabulary, encoding, training, export
+  mpi/launch -n 2 hvd-w2v train --config mine.toml --epochs 3         # options from a file, the command line wins
+  hvd-w2v info runs/mine                                              # what the run folder holds (no MPI)
+  mpi/launch -n 2 hvd-w2v export runs/mine                            # word2vec files of its newest checkpoint
+  mpi/launch -n 2 hvd-w2v neighbors runs/mine/vectors.bin king water  # nearest words
+  mpi/launch -n 2 hvd-w2v analogy runs/mine/vectors.bin "man king woman"
+  mpi/launch -n 2 hvd-w2v evaluate runs/mine/vectors.bin              # analogies, WordSim353, SimLex-999
+
+Every command but info runs on the ranks mpi/launch (or srun) starts, each rank holding its share of the
+model; `COMMAND --help` lists a command's options."""
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="hvd-w2v", description=__doc__.splitlines()[0])
+    """The command line: ``hvd-w2v COMMAND ...``. Each subparser is also in ``parser().commands[name]``."""
+    p = argparse.ArgumentParser(prog="hvd-w2v", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    c = sub.add_parser("check", help="check the MPI/Horovod/TensorFlow stack on the launched ranks",
-                       epilog="example: mpi/launch -n 2 hvd-w2v check")
-    c.set_defaults(func=cmd_check)
-    t = sub.add_parser("train", help="build the vocabulary, encode, train, export and show neighbours",
-                       epilog="example: mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine --epochs 5")
+
+    t = _command(sub, "train", "build the vocabulary, encode, train, export and show neighbours", [
+        "mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine --epochs 5",
+        "mpi/launch -n 4 hvd-w2v train a.txt b.txt.gz --out runs/cbow --cbow --dim 300",
+        "mpi/launch -n 2 hvd-w2v train corpus.txt --out runs/mine --resume            # after exit code 75",
+        "mpi/launch -n 2 hvd-w2v train --config mine.toml --tensorboard runs/mine/tb",
+    ], description="Build the vocabulary (vocab.txt) and the encoded corpus (ids/), train, export the vectors "
+                   "(vectors.txt,\nvectors.bin) and print the nearest words of a few. Progress: a bar on a "
+                   "terminal, a line every 5 s otherwise.")
     add_train_options(t)
     k = t.add_argument_group("checkpoints (OUT/checkpoints/step-N: one file per rank and a manifest)")
     k.add_argument("--checkpoint-every", type=float, default=30.0, metavar="MINUTES",
@@ -365,16 +542,44 @@ def parser():
                    help="continue from the newest good checkpoint in --out (any rank count); starts at step 0 "
                         "when there is none")
     t.set_defaults(func=cmd_train)
-    v = sub.add_parser("vocab", help="count the corpus and write vocab.txt (word count, most frequent first)",
-                       epilog="example: mpi/launch -n 4 hvd-w2v vocab corpus.txt --out runs/mine --min-count 10")
-    add_train_options(v)
-    v.set_defaults(func=cmd_vocab)
-    e = sub.add_parser("evaluate", help="analogy accuracy and word-similarity correlations of a word2vec file",
-                       description="Score a word2vec file (binary if it ends in .bin) with the word-analogy and "
-                                   "word-similarity tests, as gensim's evaluators do, on any rank count: each "
-                                   "rank reads and scores only its own rows.",
-                       epilog="example: mpi/launch -n 2 hvd-w2v evaluate runs/default/vectors.bin --method 3cosmul")
-    e.add_argument("vectors", help="word2vec file: .bin binary, else text")
+
+    v = _command(sub, "vocab", "count the corpus and write vocab.txt (word count, most frequent first)", [
+        "mpi/launch -n 4 hvd-w2v vocab corpus.txt --out runs/mine --min-count 10",
+    ])
+    add_corpus_options(v)
+    v.set_defaults(func=cmd_vocab, **_model_defaults())
+
+    n = _command(sub, "encode", "write vocab.txt and the corpus as word ids (ids/): what train does before "
+                                "training", [
+        "mpi/launch -n 4 hvd-w2v encode corpus.txt --out runs/mine --min-count 10",
+    ])
+    add_corpus_options(n)
+    n.set_defaults(func=cmd_encode, **_model_defaults())
+
+    x = _command(sub, "export", "write word2vec files from a run's newest checkpoint", [
+        "mpi/launch -n 2 hvd-w2v export runs/mine                  # runs/mine/vectors-step-N.txt and .bin",
+        "mpi/launch -n 3 hvd-w2v export runs/mine --step 150 --format binary --out /tmp/exports",
+    ], description="Write the word vectors (W_in) of a run's newest good checkpoint, or of --step N, as word2vec "
+                   "files\nRUN/vectors-step-N.txt and .bin, on any rank count: each rank reads its own rows and "
+                   "writes\nits own lines. Checkpoints are written during training (--checkpoint-every, SIGTERM, "
+                   "SIGUSR1);\na finished run's final vectors are its vectors.txt and vectors.bin.")
+    x.add_argument("run", metavar="RUN", help="a run folder (train's --out) or a checkpoint folder "
+                                              "(RUN/checkpoints/step-N)")
+    x.add_argument("--step", type=int, default=None, metavar="N",
+                   help="the checkpoint of global step N (default: the newest good one)")
+    x.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
+                   help="word2vec formats (default: both)")
+    x.add_argument("--out", default=None, metavar="DIR", help="folder for the files (default: the run folder)")
+    _add_config_option(x)
+    x.set_defaults(func=cmd_export)
+
+    e = _command(sub, "evaluate", "analogy accuracy and word-similarity correlations of a model", [
+        "mpi/launch -n 2 hvd-w2v evaluate runs/default/vectors.bin",
+        "mpi/launch -n 2 hvd-w2v evaluate runs/default/vectors.bin --method 3cosmul --sections",
+        "mpi/launch -n 4 hvd-w2v evaluate runs/big --step 1500       # a run folder: its checkpoint of step 1500",
+    ], description="Score a model with the word-analogy and word-similarity tests, as gensim's evaluators do, on "
+                   "any rank\ncount: each rank reads and scores only its own rows.")
+    _add_model_argument(e, "the model to score")
     e.add_argument("--analogies", default=os.path.join(EVAL_DIR, "questions-words.txt"), metavar="FILE",
                    help="questions-words.txt format, '' for none (default: %(default)s)")
     e.add_argument("--similarity", nargs="*", metavar="FILE",
@@ -385,22 +590,74 @@ def parser():
     e.add_argument("--method", choices=["3cosadd", "3cosmul"], default="3cosadd",
                    help="analogy objective (default: %(default)s)")
     e.add_argument("--sections", action="store_true", help="also print the accuracy of each analogy section")
+    _add_config_option(e)
     e.set_defaults(func=cmd_evaluate)
-    n = sub.add_parser("neighbors", help="nearest words of the given words in a word2vec file",
-                       epilog="example: mpi/launch -n 2 hvd-w2v neighbors runs/default/vectors.bin king water")
-    n.add_argument("vectors", help="word2vec file: .bin binary, else text")
-    n.add_argument("words", nargs="+", metavar="WORD", help="words to look up (exact spelling)")
-    n.add_argument("--topn", type=int, default=10, help="neighbours per word (default: %(default)s)")
-    n.set_defaults(func=cmd_neighbors)
+
+    b = _command(sub, "neighbors", "nearest words of the given words", [
+        "mpi/launch -n 2 hvd-w2v neighbors runs/default/vectors.bin king water --topn 5",
+        "mpi/launch -n 3 hvd-w2v neighbors runs/mine king                # the run's newest checkpoint",
+    ])
+    _add_model_argument(b, "the model to query")
+    b.add_argument("words", nargs="+", metavar="WORD", help="words to look up (exact spelling)")
+    b.add_argument("--topn", type=int, default=10, help="neighbours per word (default: %(default)s)")
+    _add_config_option(b)
+    b.set_defaults(func=cmd_neighbors)
+
+    a = _command(sub, "analogy", "answers of 'a is to b as c is to ?': the words nearest b - a + c", [
+        'mpi/launch -n 2 hvd-w2v analogy runs/default/vectors.bin "man king woman" "paris france rome"',
+        "mpi/launch -n 2 hvd-w2v analogy runs/default/vectors.bin man king woman --method 3cosmul --topn 3",
+    ], description="Answer 'a is to b as c is to ?' with the words nearest b - a + c (3cosadd, as gensim's "
+                   "most_similar(\npositive=[b, c], negative=[a])) or by 3cosmul; a, b and c are never answers. "
+                   "Each rank scores its own\nrows and the best are merged, so a model larger than one machine "
+                   "can be queried.")
+    _add_model_argument(a, "the model to query")
+    a.add_argument("queries", nargs="+", metavar="QUERY",
+                   help="'a b c' (three words, exact spelling), or the words in threes: a b c a b c ...")
+    a.add_argument("--topn", type=int, default=10, help="answers per query (default: %(default)s)")
+    a.add_argument("--method", choices=["3cosadd", "3cosmul"], default="3cosadd",
+                   help="analogy objective (default: %(default)s)")
+    _add_config_option(a)
+    a.set_defaults(func=cmd_analogy)
+
+    i = _command(sub, "info", "what a run folder or checkpoint holds (no MPI needed)", [
+        "hvd-w2v info runs/mine",
+        "hvd-w2v info runs/mine/checkpoints/step-000000150 --verify",
+    ], description="Print what a run folder (train's --out) or a checkpoint folder holds: the run's state, steps "
+                   "done of\ntotal, ranks, corpus and config (run.json), the vocabulary, the encoded corpus, the "
+                   "exported\nvectors, and each checkpoint's step, ranks, config and files with their sizes. "
+                   "--verify also checks\nevery sha256 the manifests hold; it then exits with 1 when one does "
+                   "not match.")
+    i.add_argument("path", metavar="DIR", help="a run folder or a checkpoint folder")
+    i.add_argument("--verify", action="store_true",
+                   help="check the sha256 of every checkpoint file and of vocab.txt against the manifests")
+    _add_config_option(i)
+    i.set_defaults(func=cmd_info)
+
+    c = _command(sub, "check", "check the MPI/Horovod/TensorFlow stack on the launched ranks", [
+        "mpi/launch -n 2 hvd-w2v check",
+    ])
+    c.set_defaults(func=cmd_check)
+    p.commands = sub.choices  # {name: subparser}, for --config (configfile.apply)
     return p
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    """Run one command; returns its exit code (0, 1, EXIT_USAGE on bad input, 75 when interrupted)."""
+    p = parser()
+    args = p.parse_args(argv)
     try:
+        if getattr(args, "config", None):
+            from . import configfile
+
+            # The file's values become the command's defaults, then the command line is parsed again over them.
+            configfile.apply(p.commands, args.command, args.config)
+            args = p.parse_args(argv)
         return args.func(args)
     except UserError as e:
         if _rank() == 0:
+            from .progress import end_line
+
+            end_line()
             print(f"hvd-w2v: error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except KeyboardInterrupt:

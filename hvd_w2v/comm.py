@@ -148,6 +148,9 @@ def init(threads=None):
 def log(comm, message, all_ranks=False):
     """Progress and warnings: rank 0 prints plain lines; other ranks, when asked, prefix their rank."""
     if comm is None or comm.rank == 0:
+        from .progress import end_line
+
+        end_line()  # a progress bar being redrawn in place ends its line first
         print(message, file=sys.stderr, flush=True)
     elif all_ranks:
         print(f"[rank {comm.rank}] {message}", file=sys.stderr, flush=True)

@@ -62,6 +62,7 @@ def cbow(rows, ctx, tgt, alpha):
     """CBOW: the mean of the context rows predicts the centre. Returns (updates[U, d], loss, centres)."""
     cmask, c, o, tmask, labels = _common(rows, ctx, tgt)
     count = tf.maximum(tf.reduce_sum(cmask, axis=1, keepdims=True), 1.0)
+    tmask *= tf.reduce_max(cmask, axis=1, keepdims=True)  # a centre without context (padding) learns nothing
     h = tf.reduce_sum(c, axis=1) / count  # [n, d]
     logits = tf.einsum("nd,nkd->nk", h, o)
     g = (labels - tf.sigmoid(logits)) * alpha * tmask
@@ -69,4 +70,4 @@ def cbow(rows, ctx, tgt, alpha):
     # As word2vec.c: each context word receives the whole hidden-layer update (not divided by the count).
     d_c = d_h[:, None, :] * cmask[..., None]
     d_o = g[..., None] * h[:, None, :]
-    return _updates(rows, ctx, d_c, tgt, d_o), _loss(logits, labels, tmask), tf.cast(tf.shape(tgt)[0], tf.float32)
+    return _updates(rows, ctx, d_c, tgt, d_o), _loss(logits, labels, tmask), tf.reduce_sum(tf.reduce_max(cmask, axis=1))

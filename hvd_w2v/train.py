@@ -73,7 +73,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
         hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
         return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, hot.n, cfg.sg)
 
-    start = last_print = time.monotonic()
+    start = time.monotonic()
     # The next step's examples are built in a second thread while this step runs: they depend on corpus
     # positions only, never on the model, so this changes no result. It fills the time a rank waits in
     # collectives and TensorFlow (both release the GIL).
@@ -93,15 +93,13 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
                 stats["last_loss"] = loss_sum / max(pair_sum, 1)
                 report[:] = 0
                 now = time.monotonic()
-                if progress and (now - last_print >= 5 or done + 1 == total_steps):
-                    last_print = now
-                    frac = (done + 1) / total_steps
-                    ran = (done + 1 - first) / total_steps  # the part of the run this process trained
-                    words = vocab.raw_words * cfg.epochs * ran
-                    eta = (now - start) * (1 - frac) / ran
-                    log(comm, f"train: {100 * frac:5.1f}%  epoch {epoch + 1}/{cfg.epochs}  "
-                              f"{words / (now - start):,.0f} words/s  loss {loss_sum / max(pair_sum, 1):.4f}  "
-                              f"alpha {alpha:.5f}  eta {eta:,.0f} s")
+                if progress:
+                    from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
+
+                    progress = Progress.of(comm, progress)  # every rank: with TensorBoard, this is collective
+                    progress.report(done + 1, first, total_steps, epoch + 1, cfg.epochs, vocab.raw_words * cfg.epochs,
+                                    now - start, loss_sum / max(pair_sum, 1), alpha, stats["exchange_seconds"],
+                                    exchange.bytes_sent)
             if saver is not None and done + 1 < total_steps:
                 saver.step_done(done + 1, model, hot)  # collective every few steps: may checkpoint or stop
     hot.write_back()
@@ -109,6 +107,18 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
     return model, stats
+
+
+# TensorFlow (with oneDNN) keeps state for every input shape it meets, so resident memory grew all through
+# long runs (the plan missed by 30% after 5 epochs): 3,000 calls of sgns.skipgram on step-like random shapes
+# grew RssAnon from 232 to 609 MiB, the same calls rounded up to these buckets from 624 to 630 MiB
+# (python -m hvd_w2v.bench.memory_probes shapes 3000). A few percent of padding.
+CENTRE_BUCKET = 64
+ROW_BUCKET = 512
+
+
+def _round_up(n, bucket):
+    return -(-n // bucket) * bucket
 
 
 OWNER_SHIFT = 40  # step keys carry their owner above this bit (ids stay below 2**39), so one sort groups them
@@ -119,14 +129,16 @@ class StepPlan:
     """One step's examples on this rank, indexed into a table of the unique rows they touch.
 
     ``keys`` (int64[U], ``2 * id + matrix``) are sorted by owner, the hot rows (served by the local replicas)
-    last; ``ctx`` and ``tgt`` index that table (``U`` in ``ctx``: no context word), and ``sgd`` counts the
-    word2vec.c SGD updates each row sums. A function of the examples alone, so it can be built ahead.
+    last; ``ctx`` and ``tgt`` index a table of ``table`` rows, the U rows then zeros (``table - 1`` in
+    ``ctx``: no context word), and ``sgd`` counts the word2vec.c SGD updates each row sums. A function of the
+    examples alone, so it can be built ahead.
     """
 
     keys: np.ndarray  # int64[U]
     owned: np.ndarray  # int64[P]: how many of the cold keys (the first ``cold``) each rank owns
     cold: int
-    ctx: np.ndarray  # int32[n, 2*window]
+    table: int  # rows of the table TensorFlow sees: U rounded up, at least U + 1
+    ctx: np.ndarray  # int32[n, 2*window], n the centres rounded up to CENTRE_BUCKET
     tgt: np.ndarray  # int32[n, 1+negative]: the centre, then its noise words
     sgd: np.ndarray  # float32[U]
 
@@ -141,9 +153,16 @@ class StepPlan:
         tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
         owned = np.bincount(tagged >> OWNER_SHIFT, minlength=plan.ranks + 1)
         keys = tagged & ((1 << OWNER_SHIFT) - 1)
-        ctx = np.full(batch.contexts.shape, len(keys), np.int32)
-        ctx[valid] = slot[:n_ctx]
-        tgt = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
+        # The TensorFlow call sees bucketed shapes: ``table`` rows (the unique rows, then zeros; the last one
+        # stands for "no context word") and ``n`` centres rounded up, the extra centres all pointing at the
+        # last row, so they change no update and no loss (sgns.py).
+        table = _round_up(len(keys) + 1, ROW_BUCKET)
+        none = table - 1
+        n = len(targets)
+        ctx = np.full((_round_up(n, CENTRE_BUCKET), batch.contexts.shape[1]), none, np.int32)
+        ctx[:n][valid] = slot[:n_ctx]
+        tgt = np.full((len(ctx), targets.shape[1]), none, np.int32)
+        tgt[:n] = slot[n_ctx:].reshape(targets.shape)
         # A context occurrence is one update of its W_in row; an output row gets one update per (context,
         # target) pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
         weight = np.ones(targets.shape, np.float32)
@@ -151,7 +170,7 @@ class StepPlan:
         if sg:
             weight *= valid.sum(axis=1, keepdims=True)
         sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
-        return cls(keys, owned[:-1], len(keys) - owned[-1], ctx, tgt, sgd.astype(np.float32))
+        return cls(keys, owned[:-1], len(keys) - owned[-1], table, ctx, tgt, sgd.astype(np.float32))
 
 
 def _step(exchange, hot, step_fn, step, alpha, stats, apply):
@@ -163,10 +182,10 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
     keys, cold = step.keys, step.cold
     t0 = time.monotonic()
     route = exchange.route(keys[:cold], step.owned)
-    rows = np.empty((len(keys) + 1, hot.rows.shape[1]), np.float32)  # + the zero row standing for "none"
+    rows = np.empty((step.table, hot.rows.shape[1]), np.float32)
     exchange.gather(route, rows[:cold])
-    rows[cold:-1] = hot.rows[keys[cold:]]
-    rows[-1] = 0
+    rows[cold:len(keys)] = hot.rows[keys[cold:]]
+    rows[len(keys):] = 0  # padding; the last row stands for "no context word"
     t1 = time.monotonic()
 
     updates, loss, pairs = step_fn(rows, step.ctx, step.tgt, np.float32(alpha))
@@ -174,7 +193,7 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
 
     t2 = time.monotonic()
     exchange.scatter(route, updates[:cold], step.sgd[:cold], apply)
-    hot.apply(keys[cold:], updates[cold:], step.sgd[cold:], apply)
+    hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], apply)
     stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2)
     return float(loss), float(pairs)
 

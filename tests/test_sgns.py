@@ -59,3 +59,21 @@ def test_one_trace_per_function_whatever_the_shapes():
             fn(table, ctx, tgt, np.float32(0.01))
     assert sgns.skipgram.experimental_get_tracing_count() == 1
     assert sgns.cbow.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
+def test_padding_changes_nothing(sg):
+    """train.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
+    table, ctx, tgt = example(4)
+    fn = sgns.skipgram if sg else sgns.cbow
+    updates, loss, count = fn(table, ctx, tgt, np.float32(0.025))
+    rows, extra = len(table) - 1, 13
+    padded = np.vstack((table[:-1], np.zeros((extra + 1, table.shape[1]), np.float32)))
+    last = len(padded) - 1
+    pctx = np.vstack((np.where(ctx == rows, last, ctx), np.full((9, ctx.shape[1]), last))).astype(np.int32)
+    ptgt = np.vstack((tgt, np.full((9, tgt.shape[1]), last))).astype(np.int32)
+    pu, pl, pc = fn(padded, pctx, ptgt, np.float32(0.025))
+    # Equal up to float32 summation order (other shapes may block the matrix products differently).
+    np.testing.assert_allclose(pu.numpy()[:rows], updates.numpy(), rtol=1e-5, atol=1e-8)
+    assert not pu.numpy()[rows:].any()
+    assert float(pl) == pytest.approx(float(loss), rel=1e-6) and float(pc) == float(count)

@@ -5,6 +5,7 @@
     python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
                                                                          # STEP_*_BYTES, READ_BYTES_PER_TEXT_BYTE
+    python -m hvd_w2v.bench.memory_probes shapes 3000                    # train.CENTRE_BUCKET, ROW_BUCKET
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
 """
@@ -68,6 +69,33 @@ def step(n, d, unique):
           f"{n * 16 * d * 4 / 2**20:.1f} MiB, one [U, d] block {unique * d * 4 / 2**20:.1f} MiB")
 
 
+def shapes(calls):
+    """RssAnon growth over ``calls`` calls of sgns.skipgram on step-like random shapes (1,000-1,500 centres,
+    8,000-12,000 rows, d 100), as they come and rounded up to train's buckets; one thread."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from hvd_w2v import sgns
+    from hvd_w2v.train import CENTRE_BUCKET, ROW_BUCKET, _round_up
+
+    for bucketed in (False, True):
+        rs = np.random.RandomState(0)
+        start = None
+        for i in range(calls):
+            n, u = rs.randint(1000, 1500), rs.randint(8000, 12000)
+            if bucketed:
+                n, u = _round_up(n, CENTRE_BUCKET), _round_up(u, ROW_BUCKET)
+            rows = (rs.rand(u, 100) * 0.01).astype(np.float32)
+            ctx = rs.randint(0, u, (n, 10)).astype(np.int32)
+            tgt = rs.randint(0, u - 1, (n, 6)).astype(np.int32)
+            sgns.skipgram(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+            if i == 9:
+                start = status("RssAnon")
+        print(f"{'bucketed' if bucketed else 'raw'} shapes: RssAnon {start} MiB after 10 calls, "
+              f"{status('RssAnon')} MiB after {calls}", flush=True)
+
+
 def phases(argv):
     """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line)."""
     from hvd_w2v import cli, encode, train
@@ -86,7 +114,8 @@ def phases(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     probes = {"baseline": lambda: baseline(), "words": lambda: words(),
-              "step": lambda: step(*map(int, argv[1:4])), "phases": lambda: phases(argv[1:])}
+              "step": lambda: step(*map(int, argv[1:4])), "phases": lambda: phases(argv[1:]),
+              "shapes": lambda: shapes(int(argv[1]))}
     if not argv or argv[0] not in probes:
         raise SystemExit(__doc__)
     probes[argv[0]]()

@@ -1,0 +1,159 @@
+"""Training progress: on rank 0 a one-line bar redrawn in place on a terminal, or a log line every LOG_EVERY
+seconds when the output is not a terminal (a file under sbatch, a pipe under pytest); and, with
+``--tensorboard DIR``, TensorBoard scalars at every loss report.
+
+Is the output a terminal? Progress goes to stderr, as every hvd-w2v log line. Under mpirun a rank's stderr is
+a pipe to mpirun whatever mpirun's own output is (and its stdout a pty even when mpirun's output goes to a
+file), so a rank cannot tell by itself: ``mpi/launch`` sets ``HVD_W2V_TTY`` to the width of the terminal its
+own stderr is, or 0 when it is not one. Without that variable (a process started directly, or by srun),
+stderr.isatty() decides.
+
+The log line's format is parsed by benchmarks: ``train: {percent:5.1f}%  epoch e/E  {words/s:,.0f} words/s
+loss ...  alpha ...  eta ... s`` (two spaces between fields); keep it as it is.
+"""
+import os
+import sys
+
+import numpy as np
+
+LOG_EVERY = 5.0  # seconds between log lines when the output is not a terminal
+BAR_MIN, BAR_MAX = 10, 30  # characters of the bar between its brackets
+DRAW_EVERY = 0.25  # seconds between redraws of the bar at least (reports come every train.REPORT_EVERY steps)
+TTY_ENV = "HVD_W2V_TTY"
+
+_open_bar = None  # the stream whose last line is a bar not yet ended by a newline
+
+
+def end_line():
+    """End the line of a bar being redrawn, so that the next line printed starts on a line of its own.
+    Called by comm.log before every log line."""
+    global _open_bar
+    if _open_bar is not None:
+        _open_bar.write("\n")
+        _open_bar.flush()
+        _open_bar = None
+
+
+def terminal_columns(stream):
+    """Columns of the terminal ``stream`` reaches, 0 when it is not a terminal (see the module docstring)."""
+    env = os.environ.get(TTY_ENV, "").strip()
+    if env:
+        try:
+            return max(int(env), 0)
+        except ValueError:
+            return 0
+    try:
+        if not stream.isatty():
+            return 0
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
+    return columns or 80  # a pty whose size was never set reports 0 columns
+
+
+def _count(n):
+    """Three significant digits: 434,812 -> '435k', 23,749 -> '23.7k', 15,216,678 -> '15.2M'."""
+    for value, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
+        if n >= value or unit == "":
+            x = n / value
+            return f"{x:.0f}{unit}" if x >= 100 or not unit else f"{x:.1f}{unit}" if x >= 10 else f"{x:.2f}{unit}"
+
+
+def _clock(seconds):
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+class Progress:
+    """What train.train calls at every loss report (every rank, same steps).
+
+    ``display``: show progress on rank 0 (a bar or log lines, see the module docstring); ``tensorboard``: a
+    folder for TensorBoard event files, written by rank 0 (the same value on every rank: with it, each report
+    is collective). ``stream`` (default sys.stderr) and ``columns`` (default: :func:`terminal_columns`) are for
+    tests.
+    """
+
+    def __init__(self, comm, display=True, tensorboard=None, stream=None, columns=None):
+        self.comm = comm
+        self.display = display and comm.rank == 0
+        self.stream = stream or sys.stderr
+        self.columns = (terminal_columns(self.stream) if columns is None else columns) if self.display else 0
+        self.tensorboard = bool(tensorboard)
+        self.writer = None
+        if tensorboard and comm.rank == 0:
+            import tensorflow as tf
+
+            self.writer = tf.summary.create_file_writer(tensorboard)
+        self.shown_at = 0.0  # run seconds at the last line or bar
+
+    @classmethod
+    def of(cls, comm, progress):
+        """``progress`` itself when it is a Progress; a default one (display only) for ``progress=True``."""
+        return progress if isinstance(progress, Progress) else cls(comm)
+
+    def report(self, step, first, total_steps, epoch, epochs, words, seconds, loss, alpha, exchange_seconds,
+               bytes_sent):
+        """After global step ``step`` (1-based) of ``total_steps``; this process started after step ``first``
+        and has run ``seconds``. ``words``: raw corpus words over all epochs; ``loss``: mean per pair since the
+        last report (all ranks); ``alpha``: the step's learning rate; ``exchange_seconds`` and ``bytes_sent``:
+        this rank's exchange time and bytes sent to other ranks since it started. Collective when TensorBoard
+        is on (one mpi4py allreduce of two numbers)."""
+        last = step == total_steps
+        frac = step / total_steps
+        ran = (step - first) / total_steps  # the part of the run this process trained
+        done_words = words * ran
+        rate = done_words / seconds if seconds > 0 else 0.0
+        eta = seconds * (1 - frac) / ran
+        if self.tensorboard:
+            # mpi4py: every rank's bytes and exchange seconds, summed, so the figures are the job's.
+            sent, exchange = self.comm.allreduce(np.array([bytes_sent, exchange_seconds], np.float64))
+            if self.writer is not None:
+                self._scalars(step, loss=loss, learning_rate=alpha, words_per_second=rate,
+                              bytes_per_word=sent / max(done_words, 1),
+                              exchange_share=exchange / self.comm.size / seconds if seconds > 0 else 0.0)
+                if last:
+                    self.writer.close()
+        if not self.display:
+            return
+        if self.columns:
+            if last or seconds - self.shown_at >= DRAW_EVERY:
+                self.shown_at = seconds
+                self._draw(frac, [f"{_count(done_words)}/{_count(words * (1 - first / total_steps))} words",
+                                  f"{_count(rate)}/s", f"loss {loss:.4f}", f"lr {alpha:.5f}", f"eta {_clock(eta)}"],
+                           [f"epoch {epoch}/{epochs}"], last)
+        elif last or seconds - self.shown_at >= LOG_EVERY:
+            self.shown_at = seconds
+            end_line()
+            print(f"train: {100 * frac:5.1f}%  epoch {epoch}/{epochs}  {rate:,.0f} words/s  loss {loss:.4f}  "
+                  f"alpha {alpha:.5f}  eta {eta:,.0f} s", file=self.stream, flush=True)
+
+    def _draw(self, frac, fields, optional, last):
+        """Redraw the bar line: ``\\r``, the bar, the percentage and ``fields``, then as many of ``optional`` as
+        fit, padded to the terminal's width less one column (a line as wide as the terminal would wrap, and
+        ``\\r`` would then return to the wrong line). A terminal too narrow for all ``fields`` cuts the line."""
+        global _open_bar
+        room = self.columns - 1
+        text = " ".join([f"{100 * frac:5.1f}%", *fields])
+        for field in optional:
+            if len(text) + 1 + len(field) + len("[] ") + BAR_MIN <= room:
+                text += " " + field
+        width = min(BAR_MAX, room - len(text) - len("[] "))
+        if width >= BAR_MIN:
+            full = int(frac * width)
+            text = f"[{'#' * full}{'.' * (width - full)}] {text}"
+        line = text[:room].ljust(room)  # padded: overwrites a longer earlier line
+        self.stream.write("\r" + line)
+        _open_bar = self.stream
+        if last:
+            end_line()
+        else:
+            self.stream.flush()
+
+    def _scalars(self, step, **values):
+        import tensorflow as tf
+
+        with self.writer.as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+        self.writer.flush()  # readable while the run goes on (the default flushes every 2 minutes)
