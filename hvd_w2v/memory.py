@@ -43,13 +43,13 @@ def distinct_counts(vocab_size, tokens=0):
     return min(vocab_size, math.isqrt(2 * tokens) + 1) if tokens else vocab_size
 
 # The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
-# executor and the allocators' slack (glibc keeps freed step buffers). Fitted on 2-rank runs of
-# `hvd_w2v.bench.memory_probes phases` (VmHWM after vocab, encode and train) on the first 4 MB of
-# data/real/corpus.txt, V 13,287:
-# --dim 10 (float blocks negligible) gave +95 MiB over the pre-training RSS at --batch-words 2048 and
-# --batch-words 256 with --dim 100 gave +60 MiB; solved for a fixed part and a part per slot.
-STEP_FIXED_BYTES = 51 * MIB
-STEP_BYTES_PER_SLOT = 2600
+# executor and the allocators' slack. Fitted on 2-rank runs of `hvd_w2v.bench.memory_probes phases` (VmHWM
+# after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, V 13,287, with the step shapes
+# bucketed (train.CENTRE_BUCKET): --dim 10 --batch-words 2048 added 20 MiB over the pre-training RSS and
+# --dim 100 --batch-words 256 added 24 MiB; less the model, the id stream and the float blocks below, solved
+# for a fixed part and a part per slot. (Before the buckets, TensorFlow's per-shape state made it 95 and 60.)
+STEP_FIXED_BYTES = 10 * MIB
+STEP_BYTES_PER_SLOT = 170
 # Float32 [slots, dim] blocks alive at once in sgns.skipgram: the gathered context and output rows and their
 # updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
 # at U << slots: python -m hvd_w2v.bench.memory_probes step 1024 100 2000); rounded up to 3 for an upper bound.

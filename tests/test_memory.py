@@ -91,11 +91,11 @@ def test_refuses_when_the_plan_does_not_fit(tmp_path, corpus):
     out = tmp_path / "out"
     out.mkdir()
     (out / "vectors.bin").write_bytes(b"an earlier model")
-    result = run([corpus, "--out", str(out), "--max-memory-per-rank", "560M"])
+    result = run([corpus, "--out", str(out), "--max-memory-per-rank", "480M"])
     assert not result.hung and result.returncode == 2, result.output[-2000:]
     errors = [line for line in result.output.splitlines() if line.startswith("hvd-w2v: error:")]
     assert len(errors) == 1, result.output[-2000:]
-    assert "limit 560 MiB per rank from --max-memory-per-rank" in errors[0], errors[0]
+    assert "limit 480 MiB per rank from --max-memory-per-rank" in errors[0], errors[0]
     assert re.search(r"smallest rank count that fits is \d+", errors[0]), errors[0]
     assert "Traceback" not in result.output
     assert sorted(p.name for p in out.iterdir()) == ["vectors.bin"]  # nothing written, nothing lost

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -91,11 +92,15 @@ def _write(path, text):
 
 
 def train(corpus, ranks, out, args, extra=(), preexec=None):
-    """One `hvd-w2v train` job; returns (exit code, its output)."""
+    """One `hvd-w2v train` job; returns (exit code, its output). Its folder is removed afterwards (a model
+    of this size exports gigabytes)."""
     cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "train", corpus, "--out", out,
            "--epochs", "1", "--dim", str(args.dim), "--format", "binary", "--show", "", "--quiet", *extra]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=preexec,
-                          timeout=args.timeout)
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=preexec,
+                              timeout=args.timeout)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
     return done.returncode, done.stdout + done.stderr
 
 
