@@ -1,7 +1,7 @@
 """Scale: one large-vocabulary model trained at 1, 2 and 4 ranks; memory per rank against the plan, and a
 model larger than the per-rank limit trained under that limit.
 
-    python -m hvd_w2v.bench.scale                      # about 1.5M words x dim 100: 1.1 GiB of matrices
+    python -m hvd_w2v.bench.scale                      # about 0.8M words x dim 200: 1.2 GiB of matrices
     python -m hvd_w2v.bench.scale --words 200000 --ranks 1 2 --limit 700M   # a quick look
 
 Run from the checkout (it launches hvd-w2v through mpi/launch). Steps:
@@ -120,9 +120,9 @@ def main(argv=None):
     from ..memory import parse_size
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--words", type=int, default=1_500_000, help="vocabulary words to generate (default: %(default)s)")
+    p.add_argument("--words", type=int, default=1_000_000, help="vocabulary words to generate (default: %(default)s)")
     p.add_argument("--tokens-per-word", type=int, default=10)
-    p.add_argument("--dim", type=int, default=100)
+    p.add_argument("--dim", type=int, default=200)
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--limit", default="1G", help="memory limit per rank for the limited runs (default: %(default)s)")
     p.add_argument("--data", default=os.path.join("data", "scale"))
