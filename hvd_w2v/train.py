@@ -81,6 +81,10 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
         hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
         return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, hot.n, cfg.sg)
 
+    if progress:
+        from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
+
+        progress = Progress.of(comm, progress)
     start = time.monotonic()
     # The next step's examples are built in a second thread while this step runs: they depend on corpus
     # positions only, never on the model, so this changes no result. It fills the time a rank waits in
@@ -102,9 +106,6 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
                 report[:] = 0
                 now = time.monotonic()
                 if progress:
-                    from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
-
-                    progress = Progress.of(comm, progress)  # every rank: with TensorBoard, this is collective
                     progress.report(done + 1, first, total_steps, epoch + 1, cfg.epochs, vocab.raw_words * cfg.epochs,
                                     now - start, loss_sum / max(pair_sum, 1), alpha, stats["exchange_seconds"],
                                     exchange.bytes_sent)

@@ -66,14 +66,15 @@ def memory_cgroup(limit_bytes):
 
 
 def _make_cgroup(limit_bytes):
-    for line in open("/proc/self/cgroup").read().splitlines():
+    lines = open("/proc/self/cgroup").read().splitlines()
+    for line in lines:
         _, controllers, path = line.split(":", 2)
         if "memory" in controllers.split(","):  # v1
             folder = f"/sys/fs/cgroup/memory{path}/hvd-w2v-scale-{os.getpid()}"
             os.mkdir(folder)
             _write(os.path.join(folder, "memory.limit_in_bytes"), str(limit_bytes))
             return folder, "v1"
-    for line in open("/proc/self/cgroup").read().splitlines():
+    for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":  # v2: needs the memory controller enabled for children of our cgroup
             parent = os.path.normpath(f"/sys/fs/cgroup{path}")
