@@ -16,6 +16,10 @@ Run from the checkout (it launches hvd-w2v through mpi/launch). Steps:
 
 Where no memory cgroup can be made (not root, no cgroup v1 memory controller or v2 delegation), step 3 uses
 ``--max-memory-per-rank`` instead and says so: the plan is checked but the kernel enforces nothing.
+
+At the end, ``--out``/scale.png (unless ``--no-plot``; skipped with a line when matplotlib is missing): peak,
+planned and model MiB per rank against the rank count with the limit as a horizontal line, and words per second
+beside it, from the unlimited runs of step 2.
 """
 import argparse
 import contextlib
@@ -25,6 +29,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+from . import plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
@@ -117,6 +123,22 @@ def figures(output):
             num(speed.group(1)))
 
 
+def plot(path, rows, limit, about):
+    """``path`` (a PNG) from the rows of the table, (ranks, planned, model, peaks, words/s) each, and the limit
+    in bytes; prints ``plot: PATH`` (or one line saying why not)."""
+    why = plots.missing()
+    if why:
+        print(why)
+        return
+    ranks = [r[0] for r in rows]
+    memory = {"peak (measured, largest rank)": [max(r[3]) for r in rows], "planned": [r[1] for r in rows],
+              "model (W_in + W_out slice)": [r[2] for r in rows]}
+    print("plot: " + plots.rank_panels(
+        path, f"Scale: {about}", ranks,
+        [(memory, "MiB per rank", {f"limit per rank ({limit / MIB:,.0f} MiB)": limit / MIB}),
+         ({"hvd-w2v": [r[4] for r in rows]}, "words per second", None)], cores=os.cpu_count()))
+
+
 def main(argv=None):
     from ..memory import parse_size
 
@@ -130,6 +152,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join("runs", "scale"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600, help="seconds allowed per job")
+    p.add_argument("--no-plot", action="store_true", help="print the tables only, no PNG")
     args = p.parse_args(argv)
     limit = parse_size(args.limit)
 
@@ -178,6 +201,8 @@ def main(argv=None):
                              preexec)
     refusal = re.search(r"memory plan does not fit[^\n]*", output)
     print(f"1 rank under the same limit: exit {code}: {refusal.group(0) if refusal else output[-1000:]}")
+    if not args.no_plot:
+        plot(os.path.join(args.out, "scale.png"), rows, limit, f"{vocab} words, dim {args.dim}, 1 epoch")
 
 
 if __name__ == "__main__":

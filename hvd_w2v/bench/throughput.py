@@ -12,6 +12,10 @@ examples beside the step) that would otherwise borrow the second core. Ratios co
 with gensim on the same number of cores
 (4 ranks on 2 cores are oversubscribed and compared with 2 workers). Peak memory is the largest resident
 set of one process (per rank for hvd-w2v).
+
+After the table, two pictures under ``--out`` (unless ``--no-plot``; skipped with a line when matplotlib is
+missing): ``throughput.png``, hvd-w2v's words per second against the rank count with gensim's 1 and 2 workers
+as horizontal lines, and ``memory.png``, the peak resident memory per process likewise.
 """
 import argparse
 import json
@@ -22,6 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from . import plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = dict(vector_size=100, window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
@@ -85,6 +91,29 @@ def prepare_corpus(path, lines, workdir):
     return os.path.abspath(head)
 
 
+def plot(out, runs, med, peak, about):
+    """``out``/throughput.png and ``out``/memory.png from the figures of the table; one line ``plot: PATH`` each
+    (or one line saying why not)."""
+    why = plots.missing()
+    if why:
+        print(why)
+        return
+    ranks = [n for name, n in runs if name == "hvd-w2v"]
+    gensim = [n for name, n in runs if name == "gensim"]
+    worker = lambda n: f"gensim, {n} worker{'s' if n > 1 else ''}"  # noqa: E731
+    print("plot: " + plots.rank_scaling(
+        os.path.join(out, "throughput.png"), f"Throughput: {about}", ranks,
+        {"hvd-w2v": [med(("hvd-w2v", n), "words_per_s") for n in ranks]}, "words per second (raw corpus tokens)",
+        {worker(n): med(("gensim", n), "words_per_s") for n in gensim}, cores=os.cpu_count()))
+    # gensim's processes differ by a few MiB between 1 and 2 workers: one line, the larger.
+    most = max(gensim, key=lambda n: peak(("gensim", n)))
+    print("plot: " + plots.rank_scaling(
+        os.path.join(out, "memory.png"), f"Peak resident memory: {about}", ranks,
+        {"hvd-w2v, per rank": [peak(("hvd-w2v", n)) for n in ranks]}, "peak resident MiB per process",
+        {f"gensim ({' or '.join(map(str, gensim))} workers, the larger)": peak(("gensim", most))},
+        cores=os.cpu_count()))
+
+
 def main(argv=None):
     if argv is None and sys.argv[1:2] == ["--gensim-child"]:
         corpus, workers, epochs, sg = sys.argv[2:6]
@@ -99,6 +128,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join("runs", "throughput"))
     p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
                    help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=4096 (repeatable)")
+    p.add_argument("--no-plot", action="store_true", help="print the table only, no PNG")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if not os.path.exists(args.corpus):
@@ -134,6 +164,9 @@ def main(argv=None):
         scale = wps / med(("hvd-w2v", 1), "words_per_s")
         print(f"{label:28} {wps:10,.0f} {wps / ref:9.2f}x {scale:9.2f}x {med(t, 'exchange'):9.0%} "
               f"{med(t, 'bytes_per_word'):11,.0f} {peak(t):9,}")
+    if not args.no_plot:
+        plot(args.out, runs, med, peak, f"{os.path.basename(corpus)}, {args.epochs} epoch(s), "
+             f"{'skip-gram' if sg else 'CBOW'}, median of {args.repeats}")
 
 
 if __name__ == "__main__":
