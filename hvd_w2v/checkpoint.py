@@ -20,6 +20,9 @@ the folder to ``step-N`` and fsyncs the parent; only then are older checkpoints 
 Any OSError becomes one UserError on every rank; the temporary folder is removed and earlier checkpoints are
 left as they were. OUT must be a folder every rank sees (one machine, or a shared filesystem), as for the export.
 
+When: every ``--checkpoint-every`` minutes, on a signal, and at the end of the run (its last step, unless
+``train --no-final-checkpoint``), so a finished run keeps W_out and can be queried sharded or continued.
+
 Signals: SIGTERM and SIGUSR1 (what Slurm's ``--signal`` sends; Open MPI's mpirun forwards SIGUSR1 to its ranks)
 only set a flag; ranks agree at a step boundary, write a checkpoint and leave with EXIT_INTERRUPTED (75).
 """
@@ -335,8 +338,8 @@ def _parse(text, folder):
                 raise ValueError(f"file entry {f} is not {rows_name(f)}")
             if not isinstance(entry.get("bytes"), int) or not isinstance(entry.get("sha256"), str):
                 raise ValueError(f"file entry {f} lacks its size or sha256")
-        if not 0 < m["step"] < m["total_steps"]:  # written after a step and before the last one
-            raise ValueError(f"step {m['step']} outside the run's 1..{m['total_steps'] - 1}")
+        if not 0 < m["step"] <= m["total_steps"]:  # written after a step, the last one included
+            raise ValueError(f"step {m['step']} outside the run's 1..{m['total_steps']}")
         return m
     except (ValueError, KeyError, TypeError) as e:
         raise Damaged(f"manifest.json is not a valid checkpoint manifest ({e})") from None
@@ -450,11 +453,19 @@ class Saver:
         if not action:
             return
         hot.write_back()  # the owners' slices must hold the replicas' current rows
+        path = self.write(done, model)
+        if action == 2:
+            raise Interrupted(done, path)
+
+    def write(self, done, model):
+        """Checkpoint ``model`` (its owners' slices current) as of global step ``done`` now; collective.
+
+        Keeps the previous good checkpoint beside it and removes older ones. Train calls it for the last
+        step too, so a finished run keeps W_out and can be queried sharded or continued."""
         path, nbytes, seconds = save(self.comm, self.root, model, done, self.meta)
         if self.comm.rank == 0:
             prune(self.root, {path, self.keep})
         self.keep = path
         self.log(f"checkpoint: {path} ({nbytes / 2**20:,.1f} MiB, {seconds:.1f} s)")
         self.last = time.monotonic()
-        if action == 2:
-            raise Interrupted(done, path)
+        return path

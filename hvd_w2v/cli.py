@@ -151,6 +151,9 @@ def cmd_train(args):
         return checkpoint.EXIT_INTERRUPTED
     finally:
         saver.restore()
+    final = None
+    if args.final_checkpoint and stats["words"]:
+        final = saver.write(record["total_steps"], model)  # W_in and W_out: queries and --resume can use it
     for fmt in args.format:
         name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
         export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
@@ -163,13 +166,15 @@ def cmd_train(args):
     plan_mib = planned[0].total / memory.MIB
     say(f"memory: planned {plan_mib:,.0f} MiB per rank, measured peak {peak_mib} MiB "
         f"({max(peak_mib) / plan_mib:.0%} of plan)")
-    say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
-        f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
-        f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
-    _record(comm, args.out, record, state="finished", steps_done=record["total_steps"],
-            seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
-            final_loss=stats["last_loss"], exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4),
-            bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1))
+    summary = dict(state="finished", steps_done=record["total_steps"], **({"checkpoint": final} if final else {}))
+    if stats["words"]:  # nothing was trained when --resume found the run's last step
+        say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
+            f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
+            f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
+        summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
+                       final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
+                       exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4))
+    _record(comm, args.out, record, **summary)
     probes = [w.encode() for w in args.show.split(",") if w]
     shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
     if shown:
@@ -222,7 +227,10 @@ def _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record):
     if args.resume:
         resumed = checkpoint.latest(comm, saver.root, RowPlan(voc.size, comm.size), cfg, voc.size, vocab_sha,
                                     len(stream), say)
-        if resumed:
+        if resumed and resumed.step >= resumed.total_steps:
+            say(f"resume: {resumed.path} is the end of the run (step {resumed.step:,}); nothing left to train, "
+                f"the vectors are exported from it")
+        elif resumed:
             say(f"resume: step {resumed.step:,} of {resumed.total_steps:,} from {resumed.path} "
                 f"(written on {resumed.ranks} ranks)")
         else:
@@ -305,14 +313,16 @@ def _load_model(path, step=None):
 
 
 def _note_finished(comm, model):
-    """Rank 0 says so when the checkpoint read is not the end of a finished run, whose vectors are elsewhere."""
+    """Rank 0 says so when the checkpoint read is an earlier step of a finished run (one trained with
+    --no-final-checkpoint, or whose last checkpoint was passed over), whose final vectors are elsewhere."""
     from . import runfolder
     from .comm import log
 
     if comm.rank == 0:
         record = runfolder.read_record(model.run) or {}
         final = os.path.join(model.run, "vectors.bin")
-        if record.get("state") == "finished" and os.path.exists(final):
+        if (record.get("state") == "finished" and os.path.exists(final)
+                and model.manifest["step"] < model.manifest["total_steps"]):
             log(comm, f"note: the run finished ({record.get('total_steps', 0):,} steps); its final vectors are "
                       f"{final}, this checkpoint is of step {model.manifest['step']:,}")
 
@@ -538,6 +548,9 @@ def parser():
     k.add_argument("--checkpoint-every", type=float, default=30.0, metavar="MINUTES",
                    help="write a checkpoint every MINUTES of training (rank 0's clock), 0: only on SIGTERM or "
                         "SIGUSR1, which always write one and end the job with exit code 75 (default: %(default)s)")
+    k.add_argument("--no-final-checkpoint", dest="final_checkpoint", action="store_false",
+                   help="do not checkpoint the last step (by default a finished run keeps W_in and W_out there, "
+                        "for sharded queries and exports on any rank count)")
     k.add_argument("--resume", action="store_true",
                    help="continue from the newest good checkpoint in --out (any rank count); starts at step 0 "
                         "when there is none")
@@ -562,7 +575,7 @@ def parser():
     ], description="Write the word vectors (W_in) of a run's newest good checkpoint, or of --step N, as word2vec "
                    "files\nRUN/vectors-step-N.txt and .bin, on any rank count: each rank reads its own rows and "
                    "writes\nits own lines. Checkpoints are written during training (--checkpoint-every, SIGTERM, "
-                   "SIGUSR1);\na finished run's final vectors are its vectors.txt and vectors.bin.")
+                   "SIGUSR1)\nand at a run's last step, unless --no-final-checkpoint.")
     x.add_argument("run", metavar="RUN", help="a run folder (train's --out) or a checkpoint folder "
                                               "(RUN/checkpoints/step-N)")
     x.add_argument("--step", type=int, default=None, metavar="N",

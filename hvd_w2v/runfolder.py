@@ -10,8 +10,8 @@ model for exports and queries on any rank count, and a description of it all for
     OUT/checkpoints/step-N/ manifest.json and rows.NNNNN.bin (hvd_w2v.checkpoint)
 
 A checkpoint holds rows and ids only; the words are those of the run's vocab.txt, which its manifest names by
-sha256. Checkpoints are written between steps, never after the last one: a finished run's final vectors are
-only in vectors.txt / vectors.bin.
+sha256. Checkpoints are written between steps and after the last one (unless train's --no-final-checkpoint),
+so a finished run's final W_in is both in vectors.txt / vectors.bin and in its newest checkpoint.
 """
 import hashlib
 import json

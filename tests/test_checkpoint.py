@@ -57,7 +57,7 @@ def vectors(out):
 def reference(corpus, tmp_path_factory):
     """The uninterrupted run on 1 rank, with no checkpoint."""
     out = tmp_path_factory.mktemp("ref")
-    train(corpus, out, 1, "--checkpoint-every", "0")
+    train(corpus, out, 1, "--checkpoint-every", "0", "--no-final-checkpoint")
     assert not (out / "checkpoints").exists()
     return vectors(out)
 
@@ -134,6 +134,32 @@ def test_sigusr1_to_mpirun_then_resume_equals_the_uninterrupted_run(corpus, refe
     assert_same(tmp_path, reference)
 
 
+def test_a_finished_run_checkpoints_its_last_step_and_resuming_it_trains_nothing(corpus, reference, tmp_path):
+    """By default the last step is checkpointed (W_in and W_out), so a finished run can be queried sharded or
+    continued; --resume then finds nothing left to train and exports the same vectors."""
+    result = train(corpus, tmp_path, 2, "--checkpoint-every", "0")
+    final = tmp_path / "checkpoints" / f"step-{STEPS:09d}"
+    assert checkpoints(tmp_path) == [final.name]
+    assert f"checkpoint: {final} (" in result.output
+    assert_same(tmp_path, reference)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["state"] == "finished" and record["checkpoint"] == str(final)
+    manifest = json.loads((final / "manifest.json").read_text())
+    assert manifest["step"] == manifest["total_steps"] == STEPS
+    # The checkpoint's W_in is the exported vectors: id i is row i // 2 of rank i % 2's file (checkpoint.py).
+    w = [np.fromfile(final / f"rows.{r:05d}.bin", "<f4").reshape(2, -1, 100) for r in (0, 1)]
+    w_in = np.empty((len(w[0][0]) + len(w[1][0]), 100), np.float32)
+    w_in[0::2], w_in[1::2] = w[0][0], w[1][0]
+    assert np.array_equal(w_in, vectors(tmp_path))
+    assert np.abs(w[0][1]).max() > 0  # W_out is there too
+
+    again = train(corpus, tmp_path, 2, "--resume")
+    assert f"resume: {final} is the end of the run (step {STEPS}); nothing left to train" in again.output
+    assert np.array_equal(vectors(tmp_path), w_in)
+    assert checkpoints(tmp_path) == [final.name]
+    assert json.loads((tmp_path / "run.json").read_text())["state"] == "finished"
+
+
 def test_sigusr1_while_the_ranks_start_is_acted_on_at_the_first_step(corpus, reference, tmp_path):
     """Slurm may send its warning in a job's first seconds: the ranks must not die of SIGUSR1's default action
     while MPI and TensorFlow start, but checkpoint at the first agreed step and resume from there."""
@@ -161,9 +187,10 @@ def test_sigterm_to_one_of_4_ranks_then_resume_on_2_and_on_3(corpus, reference, 
 
 @pytest.fixture(scope="module")
 def periodic(corpus, reference, tmp_path_factory):
-    """A 2-rank run with a checkpoint at every agreed boundary (every 5 steps); the last two are kept."""
+    """A 2-rank run with a checkpoint at every agreed boundary (every 5 steps) and none at its end; the last two
+    are kept."""
     out = tmp_path_factory.mktemp("periodic")
-    result = train(corpus, out, 2, "--checkpoint-every", "0.00001")
+    result = train(corpus, out, 2, "--checkpoint-every", "0.00001", "--no-final-checkpoint")
     assert result.output.count("checkpoint: ") == 15, result.output[-3000:]
     assert checkpoints(out) == ["step-000000070", "step-000000075"]
     assert_same(out, reference)  # writing checkpoints changes nothing
