@@ -22,7 +22,7 @@ from .vocab import PARTIAL_BYTES, RUN_BYTES  # no TensorFlow behind them
 MIB = 1 << 20
 
 # Python + numpy + TensorFlow + Horovod + mpi4py imported and initialised (comm.init), one allreduce, one
-# alltoallv and one call of sgns.skipgram on tiny arrays; no model. ru_maxrss 438,712 KiB (1 rank) and
+# alltoallv and one call of the skip-gram step on tiny arrays; no model. ru_maxrss 438,712 KiB (1 rank) and
 # 438,840 / 439,336 KiB (2 ranks), measured with
 #   mpi/launch -n 1 python -m hvd_w2v.bench.memory_probes baseline   (and -n 2)
 # About 245 MiB of it are TensorFlow's
@@ -50,7 +50,7 @@ def distinct_counts(vocab_size, tokens=0):
 # for a fixed part and a part per slot. (Before the buckets, TensorFlow's per-shape state made it 95 and 60.)
 STEP_FIXED_BYTES = 10 * MIB
 STEP_BYTES_PER_SLOT = 170
-# Float32 [slots, dim] blocks alive at once in sgns.skipgram: the gathered context and output rows and their
+# Float32 [slots, dim] blocks alive at once in the skip-gram step: the gathered context and output rows and their
 # updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
 # at U << slots: python -m hvd_w2v.bench.memory_probes step 1024 100 2000); rounded up to 3 for an upper bound.
 STEP_SLOT_COPIES = 3

@@ -8,21 +8,22 @@ the log-likelihood); every row's updates from one step are computed from the sam
 Index space: ``ctx`` and ``tgt`` index ``rows``, the step's table of unique rows. A W_in row (a context word)
 and a W_out row (a centre or noise word) are different rows of it, even for the same word. The table's last
 row is zeros and stands for "no context word": reading it costs nothing and its update is thrown away, which
-is cheaper than masking the [n, 2*window, d] context block.
-"""
-import tensorflow as tf
+is cheaper than masking.
 
-_SIG = [
-    tf.TensorSpec([None, None], tf.float32),  # rows [U + 1, d]: every row the step touches, then a zero row
-    tf.TensorSpec([None, None], tf.int32),  # ctx [n, 2*window]: row of each context word, U where none
-    tf.TensorSpec([None, None], tf.int32),  # tgt [n, 1+negative]: row of the centre, then of its noise words
-    tf.TensorSpec([], tf.float32),  # alpha: the learning rate of this step
-]
+Centres come in *groups* by context width: group ``g`` holds centres with at most ``2 * (g + 1)`` context
+words, its ``ctx`` block [n_g, 2 * (g + 1)] left-packed. word2vec's reduced windows give widths 2, 4, ..., 2
+window in equal shares, so one [n, 2 * window] block would be 40% "no context" slots that every product and
+segment sum pays for (window 5); the groups cut that to the rounding of each group's centre count.
+"""
+import functools
+
+import numpy as np
+import tensorflow as tf
 
 
 def _common(rows, ctx, tgt):
-    cmask = tf.cast(ctx < tf.shape(rows)[0] - 1, tf.float32)  # [n, 2w]
-    c = tf.gather(rows, ctx)  # [n, 2w, d], zeros where there is no context word
+    cmask = tf.cast(ctx < tf.shape(rows)[0] - 1, tf.float32)  # [n, w]
+    c = tf.gather(rows, ctx)  # [n, w, d], zeros where there is no context word
     o = tf.gather(rows, tgt)  # [n, 1+K, d]
     # word2vec.c skips a noise word that equals the centre: mask it.
     tmask = tf.concat([tf.ones_like(tgt[:, :1], tf.float32),
@@ -37,32 +38,24 @@ def _loss(logits, labels, mask):
                                   + (1 - labels) * tf.math.log_sigmoid(-logits)))
 
 
-def _updates(rows, ctx, d_c, tgt, d_o):
-    """Each row's summed update, float32[U, d] (the zero row's is dropped)."""
-    shape = tf.shape(rows)
-    up = tf.math.unsorted_segment_sum(tf.reshape(d_c, [-1, shape[1]]), tf.reshape(ctx, [-1]), shape[0])
-    up += tf.math.unsorted_segment_sum(d_o, tgt, shape[0])
-    return up[:-1]
-
-
-@tf.function(input_signature=_SIG)
-def skipgram(rows, ctx, tgt, alpha):
-    """Skip-gram: every context row predicts the centre. Returns (updates[U, d], loss, pairs)."""
+def _skipgram(rows, ctx, tgt, alpha):
+    """One group, skip-gram: every context row predicts the centre. (d_c [n, w, d], d_o [n, 1+K, d], loss,
+    pairs)."""
     cmask, c, o, tmask, labels = _common(rows, ctx, tgt)
-    logits = tf.matmul(c, o, transpose_b=True)  # [n, 2w, 1+K]
+    logits = tf.matmul(c, o, transpose_b=True)  # [n, w, 1+K]
     mask = cmask[:, :, None] * tmask[:, None, :]
     g = (labels[:, None, :] - tf.sigmoid(logits)) * alpha * mask
     d_c = tf.matmul(g, o)  # word2vec.c's neu1e, per context word
     d_o = tf.matmul(g, c, transpose_a=True)
-    return _updates(rows, ctx, d_c, tgt, d_o), _loss(logits, labels[:, None, :], mask), tf.reduce_sum(cmask)
+    return d_c, d_o, _loss(logits, labels[:, None, :], mask), tf.reduce_sum(cmask)
 
 
-@tf.function(input_signature=_SIG)
-def cbow(rows, ctx, tgt, alpha):
-    """CBOW: the mean of the context rows predicts the centre. Returns (updates[U, d], loss, centres)."""
+def _cbow(rows, ctx, tgt, alpha):
+    """One group, CBOW: the mean of the context rows predicts the centre. (d_c, d_o, loss, centres)."""
     cmask, c, o, tmask, labels = _common(rows, ctx, tgt)
     count = tf.maximum(tf.reduce_sum(cmask, axis=1, keepdims=True), 1.0)
-    tmask *= tf.reduce_max(cmask, axis=1, keepdims=True)  # a centre without context (padding) learns nothing
+    has = tf.reduce_max(cmask, axis=1, keepdims=True)  # 0 for a padding centre: it learns nothing
+    tmask *= has
     h = tf.reduce_sum(c, axis=1) / count  # [n, d]
     logits = tf.einsum("nd,nkd->nk", h, o)
     g = (labels - tf.sigmoid(logits)) * alpha * tmask
@@ -70,4 +63,60 @@ def cbow(rows, ctx, tgt, alpha):
     # As word2vec.c: each context word receives the whole hidden-layer update (not divided by the count).
     d_c = d_h[:, None, :] * cmask[..., None]
     d_o = g[..., None] * h[:, None, :]
-    return _updates(rows, ctx, d_c, tgt, d_o), _loss(logits, labels, tmask), tf.reduce_sum(tf.reduce_max(cmask, axis=1))
+    return d_c, d_o, _loss(logits, labels, tmask), tf.reduce_sum(has)
+
+
+@functools.lru_cache(maxsize=None)
+def step_function(sg, groups):
+    """The step's maths for ``groups`` context-width groups, traced once for every shape.
+
+    Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``: ``rows`` float32[U + 1, d] (every row
+    the step touches, then the zero row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays
+    ([n_g, w_g] context rows, ``U`` where none; [n_g, 1 + negative] the centre's row then its noise words'),
+    ``alpha`` the step's learning rate. ``updates`` float32[U, d] is every row's summed update (the zero
+    row's dropped), ``loss`` the summed loss, ``count`` the pairs (skip-gram) or centres (CBOW) trained.
+
+    Called through its concrete function with tensors made here: tf.function's argument binding and numpy
+    conversion cost about 0.7 ms a call, and ``rows`` (megabytes) is handed to TensorFlow without a copy.
+    """
+    body = _skipgram if sg else _cbow
+    ints = [tf.TensorSpec([None, None], tf.int32)] * groups
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), ints, ints,
+                                  tf.TensorSpec([], tf.float32)])
+    def step(rows, ctxs, tgts, alpha):
+        shape = tf.shape(rows)
+        pieces, segments, loss, count = [], [], 0.0, 0.0
+        for ctx, tgt in zip(ctxs, tgts):
+            d_c, d_o, group_loss, group_count = body(rows, ctx, tgt, alpha)
+            pieces += [tf.reshape(d_c, [-1, shape[1]]), tf.reshape(d_o, [-1, shape[1]])]
+            segments += [tf.reshape(ctx, [-1]), tf.reshape(tgt, [-1])]
+            loss, count = loss + group_loss, count + group_count
+        updates = tf.math.unsorted_segment_sum(tf.concat(pieces, 0), tf.concat(segments, 0), shape[0])
+        return updates[:-1], loss, count
+
+    concrete = step.get_concrete_function()
+
+    def run(rows, ctxs, tgts, alpha):
+        return concrete(_shared(rows), [tf.constant(c) for c in ctxs], [tf.constant(t) for t in tgts],
+                        tf.constant(alpha, tf.float32))
+
+    run.traced = step  # for tests: its tracing count must stay 1
+    return run
+
+
+ALIGN = 64  # bytes: TensorFlow aborts the process on a tensor whose buffer is not aligned to Eigen's maximum
+
+
+def empty_rows(rows, dim):
+    """An uninitialised float32[rows, dim] array whose buffer TensorFlow can share (ALIGN-aligned)."""
+    raw = np.empty(rows * dim * 4 + ALIGN, np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip:skip + rows * dim * 4].view(np.float32).reshape(rows, dim)
+
+
+def _shared(array):
+    """``array`` (C-contiguous numpy) as a tensor on the same memory when it is aligned, else a copy."""
+    if array.ctypes.data % ALIGN == 0 and array.flags.c_contiguous:
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    return tf.constant(array)

@@ -62,7 +62,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
     exchange = Exchange(comm, plan, (model.w_in, model.w_out))
-    step_fn = sgns.skipgram if cfg.sg else sgns.cbow
+    step_fn = sgns.step_function(cfg.sg, cfg.window)
     apply = make_apply(cfg.update_cap)
     n = len(stream)
     steps = math.ceil(n / cfg.batch_words)
@@ -119,10 +119,12 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
 
 # TensorFlow (with oneDNN) keeps state for every input shape it meets, so resident memory grew all through
-# long runs (the plan missed by 30% after 5 epochs): 3,000 calls of sgns.skipgram on step-like random shapes
-# grew RssAnon from 232 to 609 MiB, the same calls rounded up to these buckets from 624 to 630 MiB
-# (python -m hvd_w2v.bench.memory_probes shapes 3000). A few percent of padding.
-CENTRE_BUCKET = 64
+# long runs (the plan missed by 30% after 5 epochs). Rounded up to buckets, the shapes are few: 3,000 calls of
+# the skip-gram step on step-like random shapes (5 width groups) grew RssAnon from 295 to 651 MiB as they
+# came, and from 652 to 657 MiB rounded up (python -m hvd_w2v.bench.memory_probes shapes 3000). Each width
+# group's centres round up to CENTRE_BUCKET: a group holds a fifth of a rank's centres (window 5), so 64
+# would pad 2 ranks' groups by a fifth.
+CENTRE_BUCKET = 32
 ROW_BUCKET = 512
 
 
@@ -139,16 +141,16 @@ class StepPlan:
 
     ``keys`` (int64[U], ``2 * id + matrix``) are sorted by owner, the hot rows (served by the local replicas)
     last; ``ctx`` and ``tgt`` index a table of ``table`` rows, the U rows then zeros (``table - 1`` in
-    ``ctx``: no context word), and ``sgd`` counts the word2vec.c SGD updates each row sums. A function of the
-    examples alone, so it can be built ahead.
+    ``ctx``: no context word), in ``window`` groups by context width (sgns.step_function); ``sgd`` counts the
+    word2vec.c SGD updates each row sums. A function of the examples alone, so it can be built ahead.
     """
 
     keys: np.ndarray  # int64[U]
     owned: np.ndarray  # int64[P]: how many of the cold keys (the first ``cold``) each rank owns
     cold: int
     table: int  # rows of the table TensorFlow sees: U rounded up, at least U + 1
-    ctx: np.ndarray  # int32[n, 2*window], n the centres rounded up to CENTRE_BUCKET
-    tgt: np.ndarray  # int32[n, 1+negative]: the centre, then its noise words
+    ctx: list  # int32[n_g, 2 * (g + 1)] per group g: its centres' context rows, left-packed
+    tgt: list  # int32[n_g, 1+negative] per group g: the centre, then its noise words
     sgd: np.ndarray  # float32[U]
 
     @classmethod
@@ -163,21 +165,29 @@ class StepPlan:
         owned = np.bincount(tagged >> OWNER_SHIFT, minlength=plan.ranks + 1)
         keys = tagged & ((1 << OWNER_SHIFT) - 1)
         # The TensorFlow call sees bucketed shapes: ``table`` rows (the unique rows, then zeros; the last one
-        # stands for "no context word") and ``n`` centres rounded up, the extra centres all pointing at the
-        # last row, so they change no update and no loss (sgns.py).
+        # stands for "no context word") and each group's centres rounded up, the extra centres all pointing at
+        # the last row, so they change no update and no loss (sgns.py).
         table = _round_up(len(keys) + 1, ROW_BUCKET)
         none = table - 1
-        n = len(targets)
-        ctx = np.full((_round_up(n, CENTRE_BUCKET), batch.contexts.shape[1]), none, np.int32)
-        ctx[:n][valid] = slot[:n_ctx]
-        tgt = np.full((len(ctx), targets.shape[1]), none, np.int32)
-        tgt[:n] = slot[n_ctx:].reshape(targets.shape)
+        width = valid.sum(axis=1)  # context words per centre, at least 1 (batches.build)
+        packed = np.full(batch.contexts.shape, none, np.int32)  # each centre's contexts moved to the left
+        packed[np.nonzero(valid)[0], (np.cumsum(valid, axis=1) - 1)[valid]] = slot[:n_ctx]
+        tslot = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
+        group = (width - 1) // 2  # widths 1-2 -> group 0, 3-4 -> 1, ...
+        ctx, tgt = [], []
+        for g in range(batch.contexts.shape[1] // 2):
+            members = np.flatnonzero(group == g)
+            rows = _round_up(len(members), CENTRE_BUCKET)
+            ctx.append(np.full((rows, 2 * (g + 1)), none, np.int32))
+            ctx[-1][:len(members)] = packed[members, :2 * (g + 1)]
+            tgt.append(np.full((rows, targets.shape[1]), none, np.int32))
+            tgt[-1][:len(members)] = tslot[members]
         # A context occurrence is one update of its W_in row; an output row gets one update per (context,
         # target) pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
         weight = np.ones(targets.shape, np.float32)
         weight[:, 1:] = targets[:, 1:] != targets[:, :1]
         if sg:
-            weight *= valid.sum(axis=1, keepdims=True)
+            weight *= width[:, None]
         sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
         return cls(keys, owned[:-1], len(keys) - owned[-1], table, ctx, tgt, sgd.astype(np.float32))
 
@@ -188,10 +198,12 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
     Gathered rows land in the step's table of unique rows, TensorFlow computes the updates of its rows, and
     the cold part is scattered back to the owners in the same order; hot rows go through their allreduce.
     """
+    from . import sgns  # TensorFlow, imported once training starts (train.train)
+
     keys, cold = step.keys, step.cold
     t0 = time.monotonic()
     route = exchange.route(keys[:cold], step.owned)
-    rows = np.empty((step.table, hot.rows.shape[1]), np.float32)
+    rows = sgns.empty_rows(step.table, hot.rows.shape[1])  # handed to TensorFlow without a copy
     exchange.gather(route, rows[:cold])
     rows[cold:len(keys)] = hot.rows[keys[cold:]]
     rows[len(keys):] = 0  # padding; the last row stands for "no context word"

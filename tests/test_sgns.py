@@ -3,6 +3,15 @@ import numpy as np
 import pytest
 
 from hvd_w2v import sgns
+from hvd_w2v.batches import Batch
+from hvd_w2v.shard import RowPlan
+from hvd_w2v.train import StepPlan
+
+
+def one_group(sg):
+    """The step function with all centres in one group of any width."""
+    fn = sgns.step_function(sg, 1)
+    return lambda table, ctx, tgt, alpha: fn(table, [ctx], [tgt], alpha)
 
 
 def example(seed, n=7, window=2, negative=3, rows=20, d=8):
@@ -44,8 +53,7 @@ def reference(table, ctx, tgt, alpha, sg):
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
 def test_updates_equal_word2vec_loops(sg):
     table, ctx, tgt = example(0)
-    fn = sgns.skipgram if sg else sgns.cbow
-    updates, loss, pairs = fn(table, ctx, tgt, np.float32(0.025))
+    updates, loss, pairs = one_group(sg)(table, ctx, tgt, np.float32(0.025))
     np.testing.assert_allclose(updates.numpy(), reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
     assert float(pairs) == ((ctx < len(table) - 1).sum() if sg else len(ctx))
     assert float(loss) > 0
@@ -55,17 +63,44 @@ def test_one_trace_per_function_whatever_the_shapes():
     """Steps differ in example and row counts; a retrace per shape would cost seconds over a run."""
     for seed, n, window, negative, rows in [(1, 5, 2, 3, 20), (2, 40, 5, 5, 300), (3, 1, 1, 1, 4)]:
         table, ctx, tgt = example(seed, n, window, negative, rows)
-        for fn in (sgns.skipgram, sgns.cbow):
-            fn(table, ctx, tgt, np.float32(0.01))
-    assert sgns.skipgram.experimental_get_tracing_count() == 1
-    assert sgns.cbow.experimental_get_tracing_count() == 1
+        for sg in (True, False):
+            one_group(sg)(table, ctx, tgt, np.float32(0.01))
+    for sg in (True, False):
+        assert sgns.step_function(sg, 1).traced.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
+def test_a_step_plan_in_width_groups_equals_word2vec_loops(sg):
+    """StepPlan.of packs each centre's contexts to the left and groups centres by width (window groups):
+    the updates, loss and count must be those of the plain [centres, 2 window] block."""
+    rng = np.random.default_rng(5)
+    n, window, negative, vocab, d = 300, 5, 5, 60, 8
+    contexts = rng.integers(0, vocab, (n, 2 * window))
+    contexts[rng.random(contexts.shape) < 0.45] = -1  # gaps anywhere, as reduced windows and sentence ends leave
+    contexts[np.arange(n), rng.integers(0, 2 * window, n)] = rng.integers(0, vocab, n)  # at least one each
+    batch = Batch(rng.integers(0, vocab, n), contexts, rng.integers(0, vocab, (n, negative)))
+    step = StepPlan.of(batch, RowPlan(vocab, 1), 0, sg)
+    assert len(step.ctx) == window and [c.shape[1] for c in step.ctx] == [2, 4, 6, 8, 10]
+    table = np.zeros((step.table, d), np.float32)
+    table[:len(step.keys)] = rng.normal(0, 0.3, (len(step.keys), d))
+    updates, loss, count = sgns.step_function(sg, window)(table, step.ctx, step.tgt, np.float32(0.025))
+
+    # The same examples as one block, in the table's rows: keys are 2 * id (W_in) and 2 * id + 1 (W_out).
+    none = step.table - 1
+    slot = lambda keys: np.searchsorted(step.keys, keys)  # noqa: E731
+    ctx = np.where(contexts >= 0, slot(2 * contexts), none)
+    tgt = slot(2 * np.concatenate((batch.centres[:, None], batch.negatives), axis=1) + 1)
+    expected = reference(table, ctx, tgt, 0.025, sg)
+    np.testing.assert_allclose(updates.numpy(), expected[:len(updates)], atol=1e-6)
+    _, ref_loss, ref_count = one_group(sg)(table, ctx.astype(np.int32), tgt.astype(np.int32), np.float32(0.025))
+    assert float(count) == float(ref_count) and float(loss) == pytest.approx(float(ref_loss), rel=1e-5)
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
 def test_padding_changes_nothing(sg):
     """train.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
     table, ctx, tgt = example(4)
-    fn = sgns.skipgram if sg else sgns.cbow
+    fn = one_group(sg)
     updates, loss, count = fn(table, ctx, tgt, np.float32(0.025))
     rows, extra = len(table) - 1, 13
     padded = np.vstack((table[:-1], np.zeros((extra + 1, table.shape[1]), np.float32)))

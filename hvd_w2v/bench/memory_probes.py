@@ -28,7 +28,7 @@ def baseline():
 
     comm = comm_mod.init()
     rows, ctx, tgt = np.zeros((11, 8), np.float32), np.zeros((4, 10), np.int32), np.zeros((4, 6), np.int32)
-    sgns.skipgram(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+    sgns.step_function(True, 1)(rows, [ctx], [tgt], np.float32(0.01))[0].numpy()
     comm.allreduce_dense(np.ones(4, np.float32))
     comm.alltoallv(np.arange(comm.size, dtype=np.int64), np.ones(comm.size, np.int64))
     comm.barrier()
@@ -50,7 +50,8 @@ def words(n=1_000_000):
 
 
 def step(n, d, unique):
-    """Peak growth over 20 calls of sgns.skipgram on n centres, d columns and ``unique`` rows, one thread."""
+    """Peak growth over 20 calls of the skip-gram step on n centres (one group of width 10), d columns and
+    ``unique`` rows, one thread."""
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -61,17 +62,18 @@ def step(n, d, unique):
     rows = rs.rand(unique + 1, d).astype(np.float32)
     ctx = rs.randint(0, unique + 1, (n, 10)).astype(np.int32)
     tgt = rs.randint(0, unique, (n, 6)).astype(np.int32)
-    sgns.skipgram(rows[:5], ctx[:2] % 4, tgt[:2] % 4, np.float32(0.01))
+    fn = sgns.step_function(True, 1)
+    fn(rows[:5], [ctx[:2] % 4], [tgt[:2] % 4], np.float32(0.01))
     before = status("VmHWM")
     for _ in range(20):
-        sgns.skipgram(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+        fn(rows, [ctx], [tgt], np.float32(0.01))[0].numpy()
     print(f"n={n} d={d} U={unique}: peak grew {status('VmHWM') - before} MiB; one [slots, d] block "
           f"{n * 16 * d * 4 / 2**20:.1f} MiB, one [U, d] block {unique * d * 4 / 2**20:.1f} MiB")
 
 
 def shapes(calls):
-    """RssAnon growth over ``calls`` calls of sgns.skipgram on step-like random shapes (1,000-1,500 centres,
-    8,000-12,000 rows, d 100), as they come and rounded up to train's buckets; one thread."""
+    """RssAnon growth over ``calls`` calls of the skip-gram step on step-like random shapes (5 width groups of
+    200-300 centres, 8,000-12,000 rows, d 100), as they come and rounded up to train's buckets; one thread."""
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -79,17 +81,18 @@ def shapes(calls):
     from hvd_w2v import sgns
     from hvd_w2v.train import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
+    fn = sgns.step_function(True, 5)
     for bucketed in (False, True):
         rs = np.random.RandomState(0)
         start = None
         for i in range(calls):
-            n, u = rs.randint(1000, 1500), rs.randint(8000, 12000)
+            n, u = rs.randint(200, 300, 5), rs.randint(8000, 12000)
             if bucketed:
-                n, u = _round_up(n, CENTRE_BUCKET), _round_up(u, ROW_BUCKET)
+                n, u = [_round_up(k, CENTRE_BUCKET) for k in n], _round_up(u, ROW_BUCKET)
             rows = (rs.rand(u, 100) * 0.01).astype(np.float32)
-            ctx = rs.randint(0, u, (n, 10)).astype(np.int32)
-            tgt = rs.randint(0, u - 1, (n, 6)).astype(np.int32)
-            sgns.skipgram(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+            ctx = [rs.randint(0, u, (k, 2 * (g + 1))).astype(np.int32) for g, k in enumerate(n)]
+            tgt = [rs.randint(0, u - 1, (k, 6)).astype(np.int32) for k in n]
+            fn(rows, ctx, tgt, np.float32(0.01))[0].numpy()
             if i == 9:
                 start = status("RssAnon")
         print(f"{'bucketed' if bucketed else 'raw'} shapes: RssAnon {start} MiB after 10 calls, "

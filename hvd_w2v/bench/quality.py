@@ -1,38 +1,44 @@
 """Quality side by side: gensim Word2Vec and hvd-w2v on the same corpus, settings and epochs, one table.
 
     python -m hvd_w2v.bench.quality                                   # real corpus, 5 epochs, SG and CBOW
-    python -m hvd_w2v.bench.quality --corpus small.txt --epochs 1 --ranks 1 2 --arch sg
+    python -m hvd_w2v.bench.quality --lines 150000 --epochs 3 --ranks 2 --arch sg --seeds 1 2 3
 
 Run from the checkout (it launches hvd-w2v through mpi/launch). gensim trains in this process with
 ``--gensim-workers`` threads; hvd-w2v trains at each of ``--ranks``. Every model is saved as word2vec binary
 under ``--out`` and scored by the same code (hvd_w2v.bench.gensim_scores: gensim's evaluators, analogies
 restricted to the 30,000 most frequent words). Times are wall-clock seconds of training alone for gensim and
 of the whole `hvd-w2v train` job (vocabulary and encoding included) for hvd-w2v.
+
+With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
+table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
 """
 import argparse
 import os
+import statistics
 import subprocess
 import time
 
 from .gensim_scores import scores
+from .throughput import prepare_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train_gensim(corpus, arch, epochs, workers, path):
+def train_gensim(corpus, arch, epochs, workers, seed, path):
     from gensim.models import Word2Vec
 
     t = time.monotonic()
     model = Word2Vec(corpus_file=corpus, sg=int(arch == "sg"), epochs=epochs, workers=workers, vector_size=100,
-                     window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
+                     window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001, seed=seed)
     seconds = time.monotonic() - t
     model.wv.save_word2vec_format(path, binary=True)
     return seconds
 
 
-def train_hvd(corpus, arch, epochs, ranks, out):
+def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
     cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "train", corpus, "--out", out,
-           "--epochs", str(epochs), "--format", "binary", "--show", "", "--quiet"]
+           "--epochs", str(epochs), "--seed", str(seed), "--format", "binary", "--show", "", "--quiet",
+           "--no-final-checkpoint", *extra]
     if arch == "cbow":
         cmd.append("--cbow")
     t = time.monotonic()
@@ -42,33 +48,54 @@ def train_hvd(corpus, arch, epochs, ranks, out):
     return time.monotonic() - t
 
 
+def _cell(values, width, digits=3):
+    """The mean, and with several values their range: ``0.351 (0.347-0.356)``."""
+    mean = f"{statistics.mean(values):.{digits}f}"
+    if len(values) > 1:
+        mean += f" ({min(values):.{digits}f}-{max(values):.{digits}f})"
+    return f"{mean:>{width}}"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=0, help="use the first LINES lines, 0: all (default: %(default)s)")
     p.add_argument("--eval-dir", default=os.path.join("data", "real", "eval"))
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--arch", nargs="+", choices=["sg", "cbow"], default=["sg", "cbow"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1], help="one run per seed (default: %(default)s)")
     p.add_argument("--gensim-workers", type=int, default=2)
+    p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
+                   help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=512 (repeatable)")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
-    corpus = os.path.abspath(args.corpus)
     os.makedirs(args.out, exist_ok=True)
-    rows = []
+    if not os.path.exists(args.corpus):
+        raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
+    corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    rows = {}  # (arch, trainer) -> [(seconds, analogy, ws353, simlex)], one per seed
     for arch in args.arch:
-        path = os.path.join(args.out, f"gensim-{arch}.bin")
-        seconds = train_gensim(corpus, arch, args.epochs, args.gensim_workers, path)
-        rows.append((arch, f"gensim, {args.gensim_workers} workers", seconds, path))
-        for ranks in args.ranks:
-            out = os.path.abspath(os.path.join(args.out, f"hvd-{arch}-{ranks}"))
-            seconds = train_hvd(corpus, arch, args.epochs, ranks, out)
-            rows.append((arch, f"hvd-w2v, {ranks} rank{'s' if ranks > 1 else ''}", seconds,
-                         os.path.join(out, "vectors.bin")))
-    print(f"corpus {args.corpus}, {args.epochs} epochs, d100 w5 k5 min_count 5 sample 1e-3")
-    print(f"{'arch':5} {'trainer':22} {'seconds':>8} {'analogy':>8} {'ws353':>7} {'simlex':>7}")
-    for arch, trainer, seconds, path in rows:
-        analogy, ws, simlex = scores(path, args.eval_dir)
-        print(f"{arch:5} {trainer:22} {seconds:8.1f} {analogy:8.3f} {ws:7.3f} {simlex:7.3f}")
+        for seed in args.seeds:
+            path = os.path.join(args.out, f"gensim-{arch}-seed{seed}.bin")
+            seconds = train_gensim(corpus, arch, args.epochs, args.gensim_workers, seed, path)
+            rows.setdefault((arch, f"gensim, {args.gensim_workers} workers"), []).append((seconds, *scores(
+                path, args.eval_dir)))
+            for ranks in args.ranks:
+                out = os.path.abspath(os.path.join(args.out, f"hvd-{arch}-{ranks}-seed{seed}"))
+                seconds = train_hvd(corpus, arch, args.epochs, ranks, seed, out, args.hvd_option)
+                rows.setdefault((arch, f"hvd-w2v, {ranks} rank{'s' if ranks > 1 else ''}"), []).append(
+                    (seconds, *scores(os.path.join(out, "vectors.bin"), args.eval_dir)))
+    seeds = f"seed {args.seeds[0]}" if len(args.seeds) == 1 else \
+        f"seeds {' '.join(map(str, args.seeds))}: mean (range)"
+    print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, d100 w5 k5 min_count 5 sample 1e-3; {seeds}"
+          + (f"; hvd-w2v {' '.join(args.hvd_option)}" if args.hvd_option else ""))
+    width = 7 if len(args.seeds) == 1 else 20
+    print(f"{'arch':5} {'trainer':22} {'seconds':>8} {'analogy':>{width}} {'ws353':>{width}} {'simlex':>{width}}")
+    for (arch, trainer), runs in rows.items():
+        seconds, *metrics = zip(*runs)
+        print(f"{arch:5} {trainer:22} {statistics.median(seconds):8.1f} "
+              + " ".join(_cell(m, width) for m in metrics))
 
 
 if __name__ == "__main__":
