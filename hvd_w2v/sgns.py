@@ -76,8 +76,8 @@ def step_function(sg, groups):
     ``alpha`` the step's learning rate. ``updates`` float32[U, d] is every row's summed update (the zero
     row's dropped), ``loss`` the summed loss, ``count`` the pairs (skip-gram) or centres (CBOW) trained.
 
-    Called through its concrete function with tensors made here: tf.function's argument binding and numpy
-    conversion cost about 0.7 ms a call, and ``rows`` (megabytes) is handed to TensorFlow without a copy.
+    Called through its concrete function with tensors made here, which skips tf.function's argument binding
+    at every call, and ``rows`` (megabytes) is handed to TensorFlow without a copy.
     """
     body = _skipgram if sg else _cbow
     ints = [tf.TensorSpec([None, None], tf.int32)] * groups

@@ -48,10 +48,10 @@ class ShardedModel:
 def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read_ahead=False):
     """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective.
 
-    ``read_ahead``: build the next step's examples in a second thread (see :func:`_examples`).
     ``resume`` (a checkpoint.Loaded: ``step``, this rank's ``w_in``/``w_out``) starts after that many global
     steps from those rows instead of from scratch. ``saver`` (a checkpoint.Saver), when given, is told of
     every finished step but the last and may write a checkpoint, or raise checkpoint.Interrupted.
+    ``read_ahead``: build the next step's examples in a second thread (see :func:`_examples`).
     """
     from . import sgns
 
