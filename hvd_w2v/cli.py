@@ -151,13 +151,15 @@ def cmd_train(args):
         return checkpoint.EXIT_INTERRUPTED
     finally:
         saver.restore()
-    final = None
-    if args.final_checkpoint and stats["words"]:
-        final = saver.write(record["total_steps"], model)  # W_in and W_out: queries and --resume can use it
     for fmt in args.format:
         name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
         export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
         say(f"export: {name}")
+    final = None
+    if args.final_checkpoint and stats["words"]:
+        # W_in and W_out, for sharded queries and --resume; after the export, so a checkpoint that cannot be
+        # written (one clear error) leaves the vectors saved.
+        final = saver.write(record["total_steps"], model)
     import resource
 
     rows = comm.allgather(model.w_in.shape[0])
