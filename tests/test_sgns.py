@@ -1,4 +1,5 @@
-"""The step's maths against word2vec.c's loops written out in numpy, and one trace per function."""
+"""The step's maths, the fused op and the TensorFlow graph alike, against word2vec.c's loops written out in
+numpy; one trace of the graph for every shape."""
 import numpy as np
 import pytest
 
@@ -8,10 +9,17 @@ from hvd_w2v.shard import RowPlan
 from hvd_w2v.train import StepPlan
 
 
-def one_group(sg):
+def one_group(sg, fused):
     """The step function with all centres in one group of any width."""
-    fn = sgns.step_function(sg, 1)
+    fn = sgns.step_function(sg, 1, fused)
     return lambda table, ctx, tgt, alpha: fn(table, [ctx], [tgt], alpha)
+
+
+@pytest.fixture(params=[True, False], ids=["fused", "graph"])
+def fused(request):
+    if request.param and sgns.fused_op() is None:
+        pytest.skip(f"the fused op cannot be built here: {sgns._FUSED['error']}")
+    return request.param
 
 
 def example(seed, n=7, window=2, negative=3, rows=20, d=8):
@@ -51,9 +59,9 @@ def reference(table, ctx, tgt, alpha, sg):
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
-def test_updates_equal_word2vec_loops(sg):
+def test_updates_equal_word2vec_loops(sg, fused):
     table, ctx, tgt = example(0)
-    updates, loss, pairs = one_group(sg)(table, ctx, tgt, np.float32(0.025))
+    updates, loss, pairs = one_group(sg, fused)(table, ctx, tgt, np.float32(0.025))
     np.testing.assert_allclose(updates.numpy(), reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
     assert float(pairs) == ((ctx < len(table) - 1).sum() if sg else len(ctx))
     assert float(loss) > 0
@@ -64,13 +72,13 @@ def test_one_trace_per_function_whatever_the_shapes():
     for seed, n, window, negative, rows in [(1, 5, 2, 3, 20), (2, 40, 5, 5, 300), (3, 1, 1, 1, 4)]:
         table, ctx, tgt = example(seed, n, window, negative, rows)
         for sg in (True, False):
-            one_group(sg)(table, ctx, tgt, np.float32(0.01))
+            one_group(sg, False)(table, ctx, tgt, np.float32(0.01))
     for sg in (True, False):
-        assert sgns.step_function(sg, 1).traced.experimental_get_tracing_count() == 1
+        assert sgns.step_function(sg, 1, False).traced.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
-def test_a_step_plan_in_width_groups_equals_word2vec_loops(sg):
+def test_a_step_plan_in_width_groups_equals_word2vec_loops(sg, fused):
     """StepPlan.of packs each centre's contexts to the left and groups centres by width (window groups):
     the updates, loss and count must be those of the plain [centres, 2 window] block."""
     rng = np.random.default_rng(5)
@@ -83,7 +91,7 @@ def test_a_step_plan_in_width_groups_equals_word2vec_loops(sg):
     assert len(step.ctx) == window and [c.shape[1] for c in step.ctx] == [2, 4, 6, 8, 10]
     table = np.zeros((step.table, d), np.float32)
     table[:len(step.keys)] = rng.normal(0, 0.3, (len(step.keys), d))
-    updates, loss, count = sgns.step_function(sg, window)(table, step.ctx, step.tgt, np.float32(0.025))
+    updates, loss, count = sgns.step_function(sg, window, fused)(table, step.ctx, step.tgt, np.float32(0.025))
 
     # The same examples as one block, in the table's rows: keys are 2 * id (W_in) and 2 * id + 1 (W_out).
     none = step.table - 1
@@ -92,15 +100,16 @@ def test_a_step_plan_in_width_groups_equals_word2vec_loops(sg):
     tgt = slot(2 * np.concatenate((batch.centres[:, None], batch.negatives), axis=1) + 1)
     expected = reference(table, ctx, tgt, 0.025, sg)
     np.testing.assert_allclose(updates.numpy(), expected[:len(updates)], atol=1e-6)
-    _, ref_loss, ref_count = one_group(sg)(table, ctx.astype(np.int32), tgt.astype(np.int32), np.float32(0.025))
+    _, ref_loss, ref_count = one_group(sg, False)(table, ctx.astype(np.int32), tgt.astype(np.int32),
+                                                  np.float32(0.025))
     assert float(count) == float(ref_count) and float(loss) == pytest.approx(float(ref_loss), rel=1e-5)
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
-def test_padding_changes_nothing(sg):
+def test_padding_changes_nothing(sg, fused):
     """train.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
     table, ctx, tgt = example(4)
-    fn = one_group(sg)
+    fn = one_group(sg, fused)
     updates, loss, count = fn(table, ctx, tgt, np.float32(0.025))
     rows, extra = len(table) - 1, 13
     padded = np.vstack((table[:-1], np.zeros((extra + 1, table.shape[1]), np.float32)))

@@ -1,0 +1,155 @@
+// The step's maths fused into one TensorFlow CPU op: the same updates as sgns.py's graph, in word2vec.c's
+// loops. The graph materialises [centres, width, dim] blocks for the gathers, products and segment sums; this
+// op reads each row once per pair from the snapshot and adds into the output in place, as gensim's and
+// word2vec.c's inner loops do, so a step's maths costs a fraction of the graph's.
+//
+// Contract (sgns.step_function documents it for both paths): rows float32[T, d] (the step's unique rows, then
+// zero rows; the last one, T - 1, stands for "no context word"), ctxs: N int32 blocks [n_g, w_g] of row
+// indices, tgts: N int32 blocks [n_g, 1 + K] (the centre's W_out row, then its noise words'), alpha a scalar.
+// Outputs: updates float32[T - 1, d], every row's summed update (the last row's is dropped), loss (summed
+// -log sigmoid), count (pairs for skip-gram, centres with a context for CBOW). Every update is computed from
+// the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
+//
+// Built by hvd_w2v/sgns.py (g++ with TensorFlow's flags) into a cache folder; one thread, as each rank is.
+#include <cmath>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+using namespace tensorflow;
+
+REGISTER_OP("HvdW2vSgnsStep")
+    .Attr("N: int >= 1")
+    .Attr("sg: bool")
+    .Input("rows: float")
+    .Input("ctxs: N * int32")
+    .Input("tgts: N * int32")
+    .Input("alpha: float")
+    .Output("updates: float")
+    .Output("loss: float")
+    .Output("count: float");
+
+namespace {
+
+inline float dot(const float* a, const float* b, int d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float g, const float* x, float* y, int d) {
+#pragma omp simd
+  for (int i = 0; i < d; ++i) y[i] += g * x[i];
+}
+
+// sigmoid(f) and log sigmoid(+-f) from one exp, stable for any f.
+inline void sigmoid_and_loss(float f, bool positive, float* sig, double* loss) {
+  const float e = std::exp(-std::fabs(f));
+  *sig = f >= 0 ? 1.f / (1.f + e) : e / (1.f + e);
+  const float x = positive ? f : -f;  // the loss is -log sigmoid(x)
+  *loss += (x >= 0 ? 0.f : -x) + std::log1p(e);
+}
+
+class SgnsStep : public OpKernel {
+ public:
+  explicit SgnsStep(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("sg", &sg_)); }
+
+  void Compute(OpKernelContext* c) override {
+    const Tensor& rows_t = c->input(0);
+    OpInputList ctxs, tgts;
+    OP_REQUIRES_OK(c, c->input_list("ctxs", &ctxs));
+    OP_REQUIRES_OK(c, c->input_list("tgts", &tgts));
+    const float alpha = c->input(c->num_inputs() - 1).scalar<float>()();
+    OP_REQUIRES(c, rows_t.dims() == 2 && rows_t.dim_size(0) >= 1, errors::InvalidArgument("rows: [T >= 1, d]"));
+    const int64_t T = rows_t.dim_size(0);
+    const int d = static_cast<int>(rows_t.dim_size(1));
+    const int none = static_cast<int>(T - 1);
+    const float* rows = rows_t.flat<float>().data();
+
+    Tensor* up_t = nullptr;
+    OP_REQUIRES_OK(c, c->allocate_output(0, TensorShape({T - 1, d}), &up_t));
+    // Added into in place: no update ever goes to the "no context" row, which has no place here.
+    float* up = up_t->flat<float>().data();
+    std::fill(up, up + (T - 1) * d, 0.f);
+    std::vector<float> work(d), hidden(d);
+    double loss = 0.0, count = 0.0;
+
+    for (int g = 0; g < ctxs.size(); ++g) {
+      const Tensor& ctx_t = ctxs[g];
+      const Tensor& tgt_t = tgts[g];
+      OP_REQUIRES(c, ctx_t.dims() == 2 && tgt_t.dims() == 2 && ctx_t.dim_size(0) == tgt_t.dim_size(0),
+                  errors::InvalidArgument("ctxs[g] [n, w] and tgts[g] [n, 1+K] must agree on n"));
+      const int64_t n = ctx_t.dim_size(0);
+      const int w = static_cast<int>(ctx_t.dim_size(1)), k1 = static_cast<int>(tgt_t.dim_size(1));
+      const int32* ctx = ctx_t.flat<int32>().data();
+      const int32* tgt = tgt_t.flat<int32>().data();
+      for (int64_t i = 0; i < n * w; ++i)
+        OP_REQUIRES(c, ctx[i] >= 0 && ctx[i] <= none, errors::InvalidArgument("context row out of range"));
+      for (int64_t i = 0; i < n * k1; ++i)
+        OP_REQUIRES(c, tgt[i] >= 0 && tgt[i] <= none, errors::InvalidArgument("target row out of range"));
+
+      for (int64_t i = 0; i < n; ++i) {
+        const int32* cs = ctx + i * w;
+        const int32* ts = tgt + i * k1;
+        if (sg_) {
+          for (int j = 0; j < w; ++j) {
+            if (cs[j] == none) continue;
+            const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
+            std::fill(work.begin(), work.end(), 0.f);
+            for (int k = 0; k < k1; ++k) {
+              if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
+              const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
+              float sig;
+              sigmoid_and_loss(dot(l1, l2, d), k == 0, &sig, &loss);
+              const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
+              axpy(grad, l2, work.data(), d);                          // word2vec.c's neu1e
+              axpy(grad, l1, up + static_cast<int64_t>(ts[k]) * d, d);
+            }
+            axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+            count += 1;
+          }
+        } else {
+          int m = 0;
+          std::fill(hidden.begin(), hidden.end(), 0.f);
+          for (int j = 0; j < w; ++j) {
+            if (cs[j] == none) continue;
+            axpy(1.f, rows + static_cast<int64_t>(cs[j]) * d, hidden.data(), d);
+            ++m;
+          }
+          if (m == 0) continue;  // a padding centre learns nothing
+          for (int x = 0; x < d; ++x) hidden[x] /= m;
+          std::fill(work.begin(), work.end(), 0.f);
+          for (int k = 0; k < k1; ++k) {
+            if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
+            const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
+            float sig;
+            sigmoid_and_loss(dot(hidden.data(), l2, d), k == 0, &sig, &loss);
+            const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
+            axpy(grad, l2, work.data(), d);
+            axpy(grad, hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
+          }
+          // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
+          for (int j = 0; j < w; ++j)
+            if (cs[j] != none) axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+          count += 1;
+        }
+      }
+    }
+    Tensor* loss_t = nullptr;
+    Tensor* count_t = nullptr;
+    OP_REQUIRES_OK(c, c->allocate_output(1, TensorShape({}), &loss_t));
+    OP_REQUIRES_OK(c, c->allocate_output(2, TensorShape({}), &count_t));
+    loss_t->scalar<float>()() = static_cast<float>(loss);
+    count_t->scalar<float>()() = static_cast<float>(count);
+  }
+
+ private:
+  bool sg_;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("HvdW2vSgnsStep").Device(DEVICE_CPU), SgnsStep);
