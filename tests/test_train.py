@@ -58,7 +58,7 @@ def test_same_vectors_on_any_rank_count(corpus, reference, tmp_path, arch, nrank
     assert got.index_to_key == ref.index_to_key
     diff = np.abs(got.vectors - ref.vectors).max()
     assert diff < ATOL, f"{nranks} ranks differ from 1 rank by {diff:.2e}"
-    assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.005
+    assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
 
 
 def test_text_and_binary_exports_agree_and_are_in_frequency_order(reference, corpus, tmp_path):
