@@ -5,6 +5,10 @@ Batched as Intel's pWord2Vec ("HogBatch"): each centre's output rows (the centre
 Updates follow word2vec.c exactly: ``g = (label - sigmoid(x . y)) * alpha`` is *added* (gradient ascent on
 the log-likelihood); every row's updates from one step are computed from the same snapshot and summed.
 
+Two implementations of the same sums (step_function): a fused TensorFlow CPU op (sgns_kernel.cc, built here
+with g++ and cached: fused_op), word2vec.c's loops with no intermediate blocks; and the TensorFlow graph below,
+the reference the op is tested against and the fallback where the op cannot be built.
+
 Index space: ``ctx`` and ``tgt`` index ``rows``, the step's table of unique rows. A W_in row (a context word)
 and a W_out row (a centre or noise word) are different rows of it, even for the same word. The table's last
 row is zeros and stands for "no context word": reading it costs nothing and its update is thrown away, which
