@@ -55,7 +55,7 @@ def config_from(args):
     return Config(dim=args.dim, window=args.window, negative=args.negative, min_count=args.min_count,
                   max_vocab_size=args.max_vocab_size, sample=args.sample, epochs=args.epochs, alpha=args.alpha,
                   min_alpha=args.min_alpha, sg=args.sg, seed=args.seed, batch_words=args.batch_words,
-                  hot_rows=args.hot_rows, update_cap=args.update_cap)
+                  hot_rows=args.hot_rows, update_cap=args.update_cap, span=args.span)
 
 
 def _writable_folder(comm, out):
@@ -462,6 +462,9 @@ def add_train_options(p):
     arch.add_argument("--sg", dest="sg", action="store_true", default=True, help="skip-gram (default)")
     arch.add_argument("--cbow", dest="sg", action="store_false", help="CBOW, mean of the context")
     g.add_argument("--seed", type=int, default=d.seed, help="random seed (default: %(default)s)")
+    g.add_argument("--span", type=int, default=d.span,
+                   help="raw corpus positions a centre looks through, each side, for its kept context words "
+                        "(0: 4 x window; default: %(default)s)")
     r = p.add_argument_group("distributed step")
     r.add_argument("--batch-words", type=int, default=d.batch_words,
                    help="corpus positions per global step, shared by the ranks (default: %(default)s)")
@@ -496,7 +499,7 @@ def _model_defaults():
     d = Config()
     return dict(dim=d.dim, window=d.window, negative=d.negative, sample=d.sample, epochs=d.epochs, alpha=d.alpha,
                 min_alpha=d.min_alpha, sg=d.sg, seed=d.seed, batch_words=d.batch_words, hot_rows=d.hot_rows,
-                update_cap=d.update_cap)
+                update_cap=d.update_cap, span=d.span)
 
 
 def _add_config_option(p):
