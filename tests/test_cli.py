@@ -464,7 +464,9 @@ def test_progress_bar_under_a_pty_through_mpi_launch(small, tmp_path):
     assert code == 0, text[-3000:]
     assert "done: " in text, text[-3000:]
     bare = re.findall(r"\r(?!\n)([^\r\n]*)", text)  # the pty turns "\n" into "\r\n": those are not draws
-    assert len(bare) == 2 and all(len(d) == 79 for d in bare), bare  # at steps 200 and 245, on one line
+    # Reports at steps 200 and 245 (the last, always drawn); the one at 200 only when 0.25 s have passed by then
+    # (progress.DRAW_EVERY), which a fast machine may not reach.
+    assert len(bare) in (1, 2) and all(len(d) == 79 for d in bare), bare
     assert "100.0%" in bare[-1] and re.search(r"\[#+\]", bare[-1])
     assert not LOG_LINE.search(text.replace("\r\n", "\n"))
 
