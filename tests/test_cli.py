@@ -293,7 +293,9 @@ def test_queries_on_a_run_folder_equal_queries_on_its_export(run, exports):
         result = launch(nranks, ["hvd-w2v", "analogy", model, " ".join(words[:3]), *words[3:6], "--topn", "4"],
                         timeout=TIMEOUT)
         assert result.ok, result.output[-3000:]
-        outputs.append([line for line in result.output.splitlines() if not line.startswith(("load: ", "note: "))])
+        # The answers by pattern, not by line: mpirun forwards stderr and stdout separately, and once an answer
+        # landed inside the "load: " line, before its newline.
+        outputs.append(re.findall(r"\w+ - \w+ \+ \w+: [^\n]*", result.output))
     assert outputs[0] == outputs[1] and len(outputs[0]) == 2, outputs
     assert all(re.match(r"^\w+ - \w+ \+ \w+: (\w+ -?\d\.\d\d, ){3}\w+ -?\d\.\d\d$", line) for line in outputs[0])
 
