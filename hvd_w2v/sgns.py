@@ -79,7 +79,8 @@ def _cbow(rows, ctx, tgt, alpha):
 def step_function(sg, groups, fused=None):
     """The step's maths for ``groups`` context-width groups.
 
-    Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``: ``rows`` float32[U + 1, d] (every row
+    Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
+    a ``rows`` TensorFlow can read without a copy: ``rows`` float32[U + 1, d] (every row
     the step touches, then the zero row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays
     ([n_g, w_g] context rows, ``U`` where none; [n_g, 1 + negative] the centre's row then its noise words'),
     ``alpha`` the step's learning rate. ``updates`` float32[U, d] is every row's summed update (the zero
@@ -99,7 +100,7 @@ def step_function(sg, groups, fused=None):
             return op(rows=_shared(rows), ctxs=[tf.constant(c) for c in ctxs], tgts=[tf.constant(t) for t in tgts],
                       alpha=tf.constant(alpha, tf.float32), sg=sg)
 
-        run.fused = True
+        run.fused, run.empty_rows = True, empty_rows
         return run
 
     body = _skipgram if sg else _cbow
@@ -124,7 +125,7 @@ def step_function(sg, groups, fused=None):
         return concrete(_shared(rows), [tf.constant(c) for c in ctxs], [tf.constant(t) for t in tgts],
                         tf.constant(alpha, tf.float32))
 
-    run.fused = False
+    run.fused, run.empty_rows = False, empty_rows
     run.traced = step  # for tests: its tracing count must stay 1
     return run
 

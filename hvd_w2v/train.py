@@ -219,12 +219,10 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
     Gathered rows land in the step's table of unique rows, TensorFlow computes the updates of its rows, and
     the cold part is scattered back to the owners in the same order; hot rows go through their allreduce.
     """
-    from . import sgns  # TensorFlow, imported once training starts (train.train)
-
     keys, cold = step.keys, step.cold
     t0 = time.monotonic()
     route = exchange.route(keys[:cold], step.owned)
-    rows = sgns.empty_rows(step.table, hot.rows.shape[1])  # handed to TensorFlow without a copy
+    rows = step_fn.empty_rows(step.table, hot.rows.shape[1])  # handed to TensorFlow without a copy
     exchange.gather(route, rows[:cold])
     rows[cold:len(keys)] = hot.rows[keys[cold:]]
     rows[len(keys):] = 0  # padding; the last row stands for "no context word"
