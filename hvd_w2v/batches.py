@@ -56,8 +56,7 @@ def build(stream, vocab, cfg, epoch, lo, hi):
     contexts = np.where(ok, kid[nb], -1)
     has_context = ok.any(axis=1)
     cpos, contexts = cpos[has_context], contexts[has_context]
-    negatives = np.stack([vocab.draw_noise(rng.uniform(cfg.seed, rng.NOISE, epoch, cpos, k))
-                          for k in range(cfg.negative)], axis=1).astype(np.int64)
+    negatives = vocab.draw_noise(rng.uniform(cfg.seed, rng.NOISE, epoch, cpos[:, None], np.arange(cfg.negative)))
     return Batch(kid[centre][has_context], contexts, negatives)
 
 

@@ -78,8 +78,15 @@ class Loaded:
     step: int
     total_steps: int
     ranks: int  # of the job that wrote it
-    w_in: np.ndarray  # float32[plan.rows(rank), dim]
-    w_out: np.ndarray
+    rows: np.ndarray  # float32[plan.rows(rank), M, dim]: W_in, then W_out when it was read (M = 2)
+
+    @property
+    def w_in(self):
+        return self.rows[:, 0]
+
+    @property
+    def w_out(self):
+        return self.rows[:, 1]
 
 
 def folder_name(step):
@@ -133,7 +140,7 @@ def save(comm, root, model, step, run_meta):
 
     entry, error = None, None
     try:
-        entry = _write_rows(os.path.join(tmp, rows_name(comm.rank)), model.w_in, model.w_out)
+        entry = _write_rows(os.path.join(tmp, rows_name(comm.rank)), model.rows)
     except OSError as e:
         error = f"{where}: rank {comm.rank}: {_reason(e)}"
     # mpi4py: every rank's file entry (or error), in rank order, so rank 0 can write the manifest.
@@ -157,18 +164,21 @@ def save(comm, root, model, step, run_meta):
     return final, nbytes, time.monotonic() - t0
 
 
-def _write_rows(path, w_in, w_out):
-    """Write W_in then W_out (float32 little-endian) to ``path``, fsynced; returns its manifest entry."""
+def _write_rows(path, rows):
+    """Write W_in then W_out (float32 little-endian) of ``rows`` (float32[n, 2, dim], interleaved as
+    train.ShardedModel) to ``path``, fsynced; returns its manifest entry. Copied out CHUNK bytes at a time,
+    so writing costs no memory in proportion to the model."""
     h = hashlib.sha256()
+    block = max(1, CHUNK // (4 * rows.shape[2]))
     with open(path, "wb") as f:
-        for table in (w_in, w_out):
-            data = memoryview(np.ascontiguousarray(table, dtype="<f4")).cast("B")
-            for lo in range(0, len(data), CHUNK):
-                h.update(data[lo:lo + CHUNK])
-                f.write(data[lo:lo + CHUNK])
+        for m in range(2):
+            for lo in range(0, len(rows), block):
+                data = memoryview(np.ascontiguousarray(rows[lo:lo + block, m], dtype="<f4")).cast("B")
+                h.update(data)
+                f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return {"name": os.path.basename(path), "rows": int(w_in.shape[0]), "bytes": int(2 * w_in.nbytes),
+    return {"name": os.path.basename(path), "rows": int(rows.shape[0]), "bytes": int(rows.nbytes),
             "sha256": h.hexdigest()}
 
 
@@ -233,8 +243,9 @@ def scan(root):
     return sorted(found, reverse=True)
 
 
-def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None):
-    """Read checkpoint ``folder`` for this rank of ``plan`` (collective): returns a :class:`Loaded`.
+def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_out=True):
+    """Read checkpoint ``folder`` for this rank of ``plan`` (collective): returns a :class:`Loaded`, with
+    W_out only when ``w_out`` (queries need W_in alone).
 
     Raises :class:`Damaged` on every rank when the folder is incomplete or corrupt (no or unreadable manifest,
     a rows file missing, of the wrong size or sha256), and UserError when it is sound but belongs to another
@@ -284,16 +295,17 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None):
     if errors:
         raise Damaged(errors[0])
 
-    w_in = np.empty((len(ids), cfg.dim), np.float32)
-    w_out = np.empty((len(ids), cfg.dim), np.float32)
+    matrices = 2 if w_out else 1
+    rows = np.empty((len(ids), matrices, cfg.dim), np.float32)
     src, row = old.owner(ids), old.local_row(ids)
     for f in wanted:
         # Memory-mapped: only the pages of this rank's rows are read.
         table = np.memmap(files[f], dtype="<f4", mode="r", shape=(2, old.rows(f), cfg.dim))
-        sel = src == f
-        w_in[sel], w_out[sel] = table[0, row[sel]], table[1, row[sel]]
+        sel = np.flatnonzero(src == f)
+        for k in range(matrices):
+            rows[sel, k] = table[k, row[sel]]
         del table
-    return Loaded(folder, m["step"], m["total_steps"], m["ranks"], w_in, w_out)
+    return Loaded(folder, m["step"], m["total_steps"], m["ranks"], rows)
 
 
 def read_manifest(folder):

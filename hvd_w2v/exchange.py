@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import native
+
 
 @dataclass
 class Route:
@@ -21,10 +23,10 @@ class Route:
 class Exchange:
     """Moves rows of the sharded matrices between their owners and the ranks that need them."""
 
-    def __init__(self, comm, plan, tables):
+    def __init__(self, comm, plan, table):
         self.comm = comm
         self.plan = plan
-        self.tables = tables  # (W_in slice, W_out slice): float32[rows(rank), d] each, local row order
+        self.table = table  # this rank's W_in and W_out rows by local key: float32[2 * rows(rank), d]
         self.bytes_sent = 0  # to other ranks, over the whole run
 
     def route(self, keys, counts):
@@ -39,7 +41,12 @@ class Exchange:
     def gather(self, route, out):
         """Stage 2 (collective): owners send back the asked rows, received into ``out`` (float32[n, d], the
         rows of route.keys in order)."""
-        rows = self._rows(route.asked)
+        local = self.plan.local_key(route.asked)
+        if self.comm.size == 1:
+            native.take_rows(self.table, local, out)  # asked of oneself: straight into ``out``
+            return
+        rows = np.empty((len(local), self.table.shape[1]), np.float32)
+        native.take_rows(self.table, local, rows)
         self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts, out=out)
         self._count(rows, route.asked_counts)
 
@@ -64,21 +71,12 @@ class Exchange:
             for lo, hi in zip(ends - route.asked_counts, ends):
                 sums[slot[lo:hi]] += got[lo:hi]
             sum_counts = np.bincount(slot, weights=got_counts, minlength=len(keys))
-        for m, table in enumerate(self.tables):
-            sel = (keys & 1) == m
-            apply(table, self.plan.local_row(keys[sel] >> 1), sums[sel], sum_counts[sel])
+        apply(self.table, self.plan.local_key(keys), sums, sum_counts)
 
     def _count(self, sent, counts):
         """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""
         if len(sent):
             self.bytes_sent += (len(sent) - int(counts[self.comm.rank])) * (sent.nbytes // len(sent))
-
-    def _rows(self, keys):
-        out = np.empty((len(keys), self.tables[0].shape[1]), dtype=np.float32)
-        for m, table in enumerate(self.tables):
-            sel = (keys & 1) == m
-            out[sel] = table[self.plan.local_row(keys[sel] >> 1)]
-        return out
 
 
 class HotRows:

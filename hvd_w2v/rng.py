@@ -24,8 +24,11 @@ def _key(seed, stream, epoch):
 
 
 def uniform(seed, stream, epoch, counters, k=0):
-    """Uniform float64 in [0, 1), one per counter (int array), for draw number ``k`` of each counter."""
+    """Uniform float64 in [0, 1), one per counter (int array), for draw number ``k`` of each counter (an int,
+    or an int array broadcast against ``counters``: ``uniform(.., pos[:, None], np.arange(K))`` is K draws
+    per position at once, the same values as K calls)."""
     x = np.asarray(counters, dtype=np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     x = _mix(x ^ _key(seed, stream, epoch))
-    x = _mix(x + np.uint64((k * 0xA0761D6478BD642F + 1) & MASK))
+    draw = np.asarray(k, dtype=np.int64).astype(np.uint64) * np.uint64(0xA0761D6478BD642F) + np.uint64(1)
+    x = _mix(x + draw)
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

@@ -140,7 +140,7 @@ def load(comm, path, step=None, log=lambda m: None):
                 vocab = ((size, sha), read_vocab(comm, os.path.join(run, "vocab.txt"), size, sha, folder))
             cfg = Config.from_dict(manifest["config"])
             plan = RowPlan(size, comm.size)
-            loaded = checkpoint.load(comm, folder, plan, cfg, size, sha)
+            loaded = checkpoint.load(comm, folder, plan, cfg, size, sha, w_out=False)
         except checkpoint.Damaged as e:
             if chosen:
                 raise UserError(f"checkpoint {folder} is damaged: {e}") from None

@@ -19,15 +19,13 @@ words, its ``ctx`` block [n_g, 2 * (g + 1)] left-packed. word2vec's reduced wind
 window in equal shares, so one [n, 2 * window] block would be 40% "no context" slots that every product and
 segment sum pays for (window 5); the groups cut that to the rounding of each group's centre count.
 """
-import fcntl
 import functools
-import hashlib
 import os
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
+
+from . import native
 
 
 def _common(rows, ctx, tgt):
@@ -80,7 +78,9 @@ def step_function(sg, groups, fused=None):
     """The step's maths for ``groups`` context-width groups.
 
     Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
-    a ``rows`` TensorFlow can read without a copy: ``rows`` float32[U + 1, d] (every row
+    a ``rows`` TensorFlow can read without a copy and ``f.groups`` the number of groups it wants its
+    examples in (train.StepPlan.of): ``groups`` for the graph, 1 for the fused op, which takes any number
+    and skips empty context slots itself. ``rows`` float32[U + 1, d] (every row
     the step touches, then the zero row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays
     ([n_g, w_g] context rows, ``U`` where none; [n_g, 1 + negative] the centre's row then its noise words'),
     ``alpha`` the step's learning rate. ``updates`` float32[U, d] is every row's summed update (the zero
@@ -100,7 +100,7 @@ def step_function(sg, groups, fused=None):
             return op(rows=_shared(rows), ctxs=[tf.constant(c) for c in ctxs], tgts=[tf.constant(t) for t in tgts],
                       alpha=tf.constant(alpha, tf.float32), sg=sg)
 
-        run.fused, run.empty_rows = True, empty_rows
+        run.fused, run.empty_rows, run.groups = True, empty_rows, 1
         return run
 
     body = _skipgram if sg else _cbow
@@ -125,62 +125,30 @@ def step_function(sg, groups, fused=None):
         return concrete(_shared(rows), [tf.constant(c) for c in ctxs], [tf.constant(t) for t in tgts],
                         tf.constant(alpha, tf.float32))
 
-    run.fused, run.empty_rows = False, empty_rows
+    run.fused, run.empty_rows, run.groups = False, empty_rows, groups
     run.traced = step  # for tests: its tracing count must stay 1
     return run
 
 
-# -- the fused op: built once per machine and TensorFlow, cached -------------------------------------------
+# -- the fused op: built once per machine and TensorFlow, cached (native.py) --------------------------------
 
-KERNEL_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sgns_kernel.cc")
 _FUSED = {}  # "op" once loaded, or "error": why it is not available
 
 
-def kernel_cache():
-    """Where the built op is kept: $HVD_W2V_CACHE, else ~/.cache/hvd-w2v."""
-    return os.environ.get("HVD_W2V_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hvd-w2v")
-
-
-def build_command(source, target):
-    """g++ with TensorFlow's own flags; -march=native, so the library's name carries this CPU's features."""
-    return ["g++", "-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", source, "-o", target,
-            *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
-
-
 def fused_op():
-    """The fused step op (sgns_kernel.cc), building it on first use; None where it cannot be built or loaded
-    ($HVD_W2V_KERNEL=graph asks for the graph). The reason is kept in _FUSED["error"].
-
-    The library's name is a hash of the source, TensorFlow's version and flags and this CPU's features, so
-    a changed source or another machine sharing the cache builds its own. Ranks that start together build it
-    once: the first takes a lock on the cache folder, the others wait for it and load its result."""
-    if "op" in _FUSED or "error" in _FUSED:
-        return _FUSED.get("op")
-    if os.environ.get("HVD_W2V_KERNEL", "fused") == "graph":
-        _FUSED["error"] = "HVD_W2V_KERNEL=graph"
-        return None
-    try:
-        with open(KERNEL_SOURCE, "rb") as f:
-            source = f.read()
-        cpu = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
-        key = hashlib.sha256(b"\0".join([source, tf.__version__.encode(), cpu.encode(),
-                                          " ".join(build_command("", "")).encode()])).hexdigest()[:16]
-        folder = kernel_cache()
-        os.makedirs(folder, exist_ok=True)
-        target = os.path.join(folder, f"sgns_kernel-{key}.so")
-        with open(os.path.join(folder, ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not os.path.exists(target):
-                tmp = f"{target}.{os.getpid()}.tmp"
-                done = subprocess.run(build_command(KERNEL_SOURCE, tmp), capture_output=True, text=True)
-                if done.returncode:
-                    raise OSError(f"g++ failed: {done.stderr.strip()[-1000:]}")
-                os.replace(tmp, target)
-        _FUSED["op"] = tf.load_op_library(target).hvd_w2v_sgns_step
-    except (OSError, AttributeError, tf.errors.OpError, StopIteration) as e:
-        _FUSED["error"] = str(e)
-        print(f"hvd-w2v: warning: the fused step op is not available ({e}); using the TensorFlow graph, "
-              f"which is slower", file=sys.stderr, flush=True)
+    """The fused step op (sgns_kernel.cc), building it on first use (native.build); None where it cannot be
+    built or loaded, or $HVD_W2V_KERNEL asks for the graph. The reason is kept in _FUSED["error"]."""
+    if not _FUSED:
+        if not native.wanted():
+            _FUSED["error"] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
+            return None
+        try:
+            path = native.build("sgns_kernel", [*tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()],
+                                salt=tf.__version__)
+            _FUSED["op"] = tf.load_op_library(path).hvd_w2v_sgns_step
+        except (OSError, AttributeError, tf.errors.OpError, StopIteration) as e:
+            _FUSED["error"] = str(e)
+            native.warn("the fused step op", e, "the TensorFlow graph")
     return _FUSED.get("op")
 
 

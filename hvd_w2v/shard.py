@@ -24,6 +24,14 @@ class RowPlan:
         """Row of each id in its owner's local slice."""
         return np.asarray(ids, dtype=np.int64) // self.ranks
 
+    def local_key(self, keys):
+        """Index of each *key* (``2 * id + matrix``: 0 for W_in, 1 for W_out; exchange.py) in its owner's
+        interleaved table float32[2 * rows, dim] (train.ShardedModel.table)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if self.ranks == 1:
+            return keys  # one rank holds every word in id order: a key is its own index
+        return ((keys >> 1) // self.ranks << 1) | (keys & 1)
+
     def rows(self, rank):
         """How many rows ``rank`` owns."""
         return (self.vocab_size - rank + self.ranks - 1) // self.ranks

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import batches, rng
+from . import batches, native, rng
 from .comm import log
 from .exchange import Exchange, HotRows
 from .shard import RowPlan
@@ -24,10 +24,30 @@ REPORT_EVERY = 200  # steps between loss/counter allreduces (a collective, so on
 
 
 class ShardedModel:
-    """This rank's slice of W_in and W_out (float32[rows, dim], local row order) and the plan behind it."""
+    """This rank's slice of W_in and W_out, interleaved: ``rows`` float32[local rows, 2, dim], a word's W_in
+    row then its W_out row, in local row order.
 
-    def __init__(self, plan, w_in, w_out):
-        self.plan, self.w_in, self.w_out = plan, w_in, w_out
+    Interleaved because the step's exchange asks for both matrices at once by *key* (``2 * id + matrix``):
+    as one table indexed by local key, gathering a step's rows is one ``np.take`` and applying its updates one
+    fancy-indexed add, instead of a masked pass per matrix (2.1x less time for the two together on a step's
+    5,700 keys: README, "Throughput"). ``w_in`` and ``w_out`` are views of it.
+    """
+
+    def __init__(self, plan, rows):
+        self.plan, self.rows = plan, rows
+
+    @property
+    def w_in(self):
+        return self.rows[:, 0]
+
+    @property
+    def w_out(self):
+        return self.rows[:, 1]
+
+    @property
+    def table(self):
+        """float32[2 * local rows, dim]: the rows by local key (shard.RowPlan.local_key), a view."""
+        return self.rows.reshape(-1, self.rows.shape[2])
 
     @classmethod
     def initial(cls, cfg, plan, rank):
@@ -43,12 +63,12 @@ class ShardedModel:
         per cell, four times the float32 slice itself (whole-slice at once, 1.2M words x dim 200 peaked at
         8.2 GiB on 1 rank against a 1.9 GiB model: python -m hvd_w2v.bench.scale)."""
         ids = plan.ids(rank)
-        w_in = np.empty((len(ids), cfg.dim), np.float32)
+        rows = np.zeros((len(ids), 2, cfg.dim), np.float32)
         block = max(1, INIT_BLOCK_CELLS // cfg.dim)
         for lo in range(0, len(ids), block):
             cells = ids[lo:lo + block, None] * cfg.dim + np.arange(cfg.dim)[None, :]
-            w_in[lo:lo + block] = (rng.uniform(cfg.seed, rng.INIT, 0, cells) * 2 - 1) / cfg.dim
-        return cls(plan, w_in, np.zeros((len(ids), cfg.dim), np.float32))
+            rows[lo:lo + block, 0] = (rng.uniform(cfg.seed, rng.INIT, 0, cells) * 2 - 1) / cfg.dim
+        return cls(plan, rows)
 
 
 def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read_ahead=False):
@@ -65,17 +85,19 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read
     if resume is None:
         model = ShardedModel.initial(cfg, plan, comm.rank)
     else:
-        model = ShardedModel(plan, resume.w_in, resume.w_out)
+        model = ShardedModel(plan, resume.rows)
     first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
-    exchange = Exchange(comm, plan, (model.w_in, model.w_out))
+    exchange = Exchange(comm, plan, model.table)
     step_fn = sgns.step_function(cfg.sg, cfg.window)
     apply = make_apply(cfg.update_cap)
     n = len(stream)
     steps = math.ceil(n / cfg.batch_words)
     total_steps = steps * cfg.epochs
     log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} steps of "
-              f"{cfg.batch_words:,} positions, hot rows {hot.n}")
+              f"{cfg.batch_words:,} positions, hot rows {hot.n}; step maths: "
+              f"{'fused op' if step_fn.fused else 'TensorFlow graph'}, row copies: "
+              f"{'compiled' if native.row_copies() else 'numpy'}")
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
     report = np.zeros(3)  # loss, pairs, steps since the last report
@@ -86,7 +108,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read
         glo, ghi = s * cfg.batch_words, min(n, (s + 1) * cfg.batch_words)
         lo = glo + (ghi - glo) * comm.rank // comm.size
         hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
-        return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, hot.n, cfg.sg)
+        return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, hot.n, cfg.sg, step_fn.groups)
 
     if progress:
         from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
@@ -162,7 +184,7 @@ class StepPlan:
 
     ``keys`` (int64[U], ``2 * id + matrix``) are sorted by owner, the hot rows (served by the local replicas)
     last; ``ctx`` and ``tgt`` index a table of ``table`` rows, the U rows then zeros (``table - 1`` in
-    ``ctx``: no context word), in ``window`` groups by context width (sgns.step_function); ``sgd`` counts the
+    ``ctx``: no context word), in groups by context width (sgns.step_function); ``sgd`` counts the
     word2vec.c SGD updates each row sums. A function of the examples alone, so it can be built ahead.
     """
 
@@ -170,39 +192,45 @@ class StepPlan:
     owned: np.ndarray  # int64[P]: how many of the cold keys (the first ``cold``) each rank owns
     cold: int
     table: int  # rows of the table TensorFlow sees: U rounded up, at least U + 1
-    ctx: list  # int32[n_g, 2 * (g + 1)] per group g: its centres' context rows, left-packed
+    ctx: list  # int32[n_g, w_g] per group g: its centres' context rows
     tgt: list  # int32[n_g, 1+negative] per group g: the centre, then its noise words
     sgd: np.ndarray  # float32[U]
 
     @classmethod
-    def of(cls, batch, plan, n_hot, sg):
+    def of(cls, batch, plan, n_hot, sg, groups):
+        """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
+        every centre in one block, its contexts where the examples hold them (what the fused op takes: it
+        skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph)."""
         valid = batch.contexts >= 0
         n_ctx = int(valid.sum())
         targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
         keys = np.concatenate((2 * batch.contexts[valid], 2 * targets.ravel() + 1))
-        ids = keys >> 1
-        owner = np.where(ids < n_hot, plan.ranks, plan.owner(ids))
-        tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
-        owned = np.bincount(tagged >> OWNER_SHIFT, minlength=plan.ranks + 1)
-        keys = tagged & ((1 << OWNER_SHIFT) - 1)
+        if plan.ranks == 1 and not n_hot:  # one owner of everything: no tags to sort by
+            keys, slot = np.unique(keys, return_inverse=True)
+            owned = np.array([len(keys), 0])
+        else:
+            ids = keys >> 1
+            owner = np.where(ids < n_hot, plan.ranks, plan.owner(ids))
+            tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
+            owned = np.bincount(tagged >> OWNER_SHIFT, minlength=plan.ranks + 1)
+            keys = tagged & ((1 << OWNER_SHIFT) - 1)
         # The TensorFlow call sees bucketed shapes: ``table`` rows (the unique rows, then zeros; the last one
         # stands for "no context word") and each group's centres rounded up, the extra centres all pointing at
         # the last row, so they change no update and no loss (sgns.py).
         table = _round_up(len(keys) + 1, ROW_BUCKET)
         none = table - 1
         width = valid.sum(axis=1)  # context words per centre, at least 1 (batches.build)
-        packed = np.full(batch.contexts.shape, none, np.int32)  # each centre's contexts moved to the left
-        packed[np.nonzero(valid)[0], (np.cumsum(valid, axis=1) - 1)[valid]] = slot[:n_ctx]
+        placed = np.full(batch.contexts.shape, none, np.int32)
         tslot = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
-        group = (width - 1) // 2  # widths 1-2 -> group 0, 3-4 -> 1, ...
-        ctx, tgt = [], []
-        for g in range(batch.contexts.shape[1] // 2):
-            members = np.flatnonzero(group == g)
-            rows = _round_up(len(members), CENTRE_BUCKET)
-            ctx.append(np.full((rows, 2 * (g + 1)), none, np.int32))
-            ctx[-1][:len(members)] = packed[members, :2 * (g + 1)]
-            tgt.append(np.full((rows, targets.shape[1]), none, np.int32))
-            tgt[-1][:len(members)] = tslot[members]
+        if groups == 1:
+            placed[valid] = slot[:n_ctx]
+            ctx, tgt = [_padded(placed, none)], [_padded(tslot, none)]
+        else:
+            placed[np.nonzero(valid)[0], (np.cumsum(valid, axis=1) - 1)[valid]] = slot[:n_ctx]  # left-packed
+            group = (width - 1) // 2  # widths 1-2 -> group 0, 3-4 -> 1, ...
+            members = [np.flatnonzero(group == g) for g in range(groups)]
+            ctx = [_padded(placed[m, :2 * (g + 1)], none) for g, m in enumerate(members)]
+            tgt = [_padded(tslot[m], none) for m in members]
         # A context occurrence is one update of its W_in row; an output row gets one update per (context,
         # target) pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
         weight = np.ones(targets.shape, np.float32)
@@ -211,6 +239,13 @@ class StepPlan:
             weight *= width[:, None]
         sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
         return cls(keys, owned[:-1], len(keys) - owned[-1], table, ctx, tgt, sgd.astype(np.float32))
+
+
+def _padded(block, none):
+    """``block`` (int32[n, w]) with rows of ``none`` added up to a multiple of CENTRE_BUCKET."""
+    out = np.full((_round_up(len(block), CENTRE_BUCKET), block.shape[1]), none, np.int32)
+    out[:len(block)] = block
+    return out
 
 
 def _step(exchange, hot, step_fn, step, alpha, stats, apply):
@@ -248,9 +283,6 @@ def make_apply(cap):
     multiplicity keeps rare rows exactly as SGD (m is small) and bounds the step of frequent ones.
     """
     def apply(table, rows, updates, counts):
-        """``table[rows] += updates`` (rows unique), capped; ``updates`` may be scaled in place."""
-        big = counts > cap
-        if big.any():
-            updates[big] *= (cap / counts[big])[:, None]
-        table[rows] += updates
+        """``table[rows] += updates`` (rows unique), capped."""
+        native.add_rows(table, rows, updates, np.minimum(1, cap / np.maximum(counts, 1)).astype(np.float32))
     return apply

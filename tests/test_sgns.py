@@ -77,21 +77,23 @@ def test_one_trace_per_function_whatever_the_shapes():
         assert sgns.step_function(sg, 1, False).traced.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("groups", [5, 1], ids=["width-groups", "one-block"])
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
-def test_a_step_plan_in_width_groups_equals_word2vec_loops(sg, fused):
-    """StepPlan.of packs each centre's contexts to the left and groups centres by width (window groups):
-    the updates, loss and count must be those of the plain [centres, 2 window] block."""
+def test_a_step_plan_equals_word2vec_loops(sg, fused, groups):
+    """StepPlan.of packs each centre's contexts to the left and groups centres by width (window groups), or
+    leaves them in one block as they come (1 group, the fused op's): the updates, loss and count must be those
+    of the plain [centres, 2 window] block."""
     rng = np.random.default_rng(5)
     n, window, negative, vocab, d = 300, 5, 5, 60, 8
     contexts = rng.integers(0, vocab, (n, 2 * window))
     contexts[rng.random(contexts.shape) < 0.45] = -1  # gaps anywhere, as reduced windows and sentence ends leave
     contexts[np.arange(n), rng.integers(0, 2 * window, n)] = rng.integers(0, vocab, n)  # at least one each
     batch = Batch(rng.integers(0, vocab, n), contexts, rng.integers(0, vocab, (n, negative)))
-    step = StepPlan.of(batch, RowPlan(vocab, 1), 0, sg)
-    assert len(step.ctx) == window and [c.shape[1] for c in step.ctx] == [2, 4, 6, 8, 10]
+    step = StepPlan.of(batch, RowPlan(vocab, 1), 0, sg, groups)
+    assert [c.shape[1] for c in step.ctx] == ([2, 4, 6, 8, 10] if groups == window else [10])
     table = np.zeros((step.table, d), np.float32)
     table[:len(step.keys)] = rng.normal(0, 0.3, (len(step.keys), d))
-    updates, loss, count = sgns.step_function(sg, window, fused)(table, step.ctx, step.tgt, np.float32(0.025))
+    updates, loss, count = sgns.step_function(sg, groups, fused)(table, step.ctx, step.tgt, np.float32(0.025))
 
     # The same examples as one block, in the table's rows: keys are 2 * id (W_in) and 2 * id + 1 (W_out).
     none = step.table - 1

@@ -19,9 +19,9 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
-def train(corpus, out, nranks, *options):
+def train(corpus, out, nranks, *options, env=None):
     result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, "--epochs", "2", "--batch-words", "1024",
-                             "--quiet", "--show", "", *options], timeout=240)
+                             "--quiet", "--show", "", *options], timeout=240, env=env)
     assert result.ok, result.output[-3000:]
     return result
 
@@ -59,6 +59,15 @@ def test_same_vectors_on_any_rank_count(corpus, reference, tmp_path, arch, nrank
     diff = np.abs(got.vectors - ref.vectors).max()
     assert diff < ATOL, f"{nranks} ranks differ from 1 rank by {diff:.2e}"
     assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
+
+
+@pytest.mark.parametrize("arch", ["--sg", "--cbow"])
+def test_the_python_fallbacks_train_the_same_vectors(corpus, reference, tmp_path, arch):
+    """HVD_W2V_KERNEL=python: TensorFlow's graph for the step and numpy for the row copies (native.py), what
+    a machine without g++ runs; the same vectors as the compiled code, on 2 ranks against 1."""
+    train(corpus, str(tmp_path), 2, *ARCH[arch], env={"HVD_W2V_KERNEL": "python"})
+    diff = np.abs(load(f"{tmp_path}/vectors.bin").vectors - reference[arch].vectors).max()
+    assert diff < ATOL, f"the fallbacks differ from the compiled code by {diff:.2e}"
 
 
 def test_text_and_binary_exports_agree_and_are_in_frequency_order(reference, corpus, tmp_path):
