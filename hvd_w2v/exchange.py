@@ -18,6 +18,7 @@ class Route:
     counts: np.ndarray  # int64[P]: how many of ``keys`` go to each owner
     asked: np.ndarray  # int64[m]: keys other ranks asked of this rank, by source rank
     asked_counts: np.ndarray  # int64[P]: how many each source asked
+    asked_sgd: np.ndarray  # float32[m]: how many SGD updates each source's update of each asked key will sum
 
 
 class Exchange:
@@ -27,16 +28,22 @@ class Exchange:
         self.comm = comm
         self.plan = plan
         self.table = table  # this rank's W_in and W_out rows by local key: float32[2 * rows(rank), d]
+        # Per local key, the SGD updates all sources' updates of it sum in the step being scattered (the cap
+        # of ``apply`` needs a row's total); zero between steps. 4 B a row: 0.5% of a dim-100 model.
+        self.sgd = np.zeros(len(table), np.float32)
         self.bytes_sent = 0  # to other ranks, over the whole run
 
-    def route(self, keys, counts):
-        """Stage 1 (collective): send each owner the keys needed from it.
+    def route(self, keys, counts, sgd):
+        """Stage 1 (collective): send each owner the keys needed from it, with ``sgd`` (float32[n]): how many
+        SGD updates this rank's update of each key will sum (whole numbers, known before the step, so they
+        travel here rather than in a collective of their own at the scatter).
 
         ``keys``: unique int64, grouped by owner in rank order, ``counts[r]`` of them owned by rank ``r``.
         """
-        asked, asked_counts = self.comm.alltoallv(keys, counts)
-        self._count(keys, counts)
-        return Route(keys, counts, asked, asked_counts)
+        sent = np.stack((keys, sgd.astype(np.int64)), axis=1)
+        asked, asked_counts = self.comm.alltoallv(sent, counts)
+        self._count(sent, counts)
+        return Route(keys, counts, np.ascontiguousarray(asked[:, 0]), asked_counts, asked[:, 1].astype(np.float32))
 
     def gather(self, route, out):
         """Stage 2 (collective): owners send back the asked rows, received into ``out`` (float32[n, d], the
@@ -50,28 +57,26 @@ class Exchange:
         self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts, out=out)
         self._count(rows, route.asked_counts)
 
-    def scatter(self, route, updates, counts, apply):
-        """Stage 3 (collective): send the updates of route.keys to their owners, who apply them.
+    def scatter(self, route, updates, apply):
+        """Stage 3 (collective): send the updates (float32[n, d]) of route.keys to their owners, who apply them.
 
-        ``updates`` float32[n, d] and ``counts`` float32[n]: an update row and how many SGD updates it sums.
-        The owner sums what it receives for each of its rows (in rank order) and calls
-        ``apply(table, local_rows, sums, summed_counts)``.
+        The owner calls ``apply(table, local_rows, updates, total_sgd)`` once per source, in rank order, with
+        each row's SGD-update count summed over all sources (a source's keys are unique, two sources' may not
+        be).
         """
         got, _ = self.comm.alltoallv(updates, route.counts, recv_counts=route.asked_counts)
-        got_counts, _ = self.comm.alltoallv(counts, route.counts, recv_counts=route.asked_counts)
         self._count(updates, route.counts)
-        self._count(counts, route.counts)
+        local = self.plan.local_key(route.asked)
         if self.comm.size == 1:
-            keys, sums, sum_counts = route.asked, got, got_counts  # one source: its keys are unique already
-        else:
-            # Each source's keys are unique, so a fancy-index add per source is exact; sources in rank order.
-            keys, slot = np.unique(route.asked, return_inverse=True)
-            sums = np.zeros((len(keys), got.shape[1]), np.float32)
-            ends = np.cumsum(route.asked_counts)
-            for lo, hi in zip(ends - route.asked_counts, ends):
-                sums[slot[lo:hi]] += got[lo:hi]
-            sum_counts = np.bincount(slot, weights=got_counts, minlength=len(keys))
-        apply(self.table, self.plan.local_key(keys), sums, sum_counts)
+            apply(self.table, local, got, route.asked_sgd)  # one source: its keys are unique already
+            return
+        ends = np.cumsum(route.asked_counts)
+        for lo, hi in zip(ends - route.asked_counts, ends):
+            self.sgd[local[lo:hi]] += route.asked_sgd[lo:hi]
+        total = self.sgd[local]
+        for lo, hi in zip(ends - route.asked_counts, ends):
+            apply(self.table, local[lo:hi], got[lo:hi], total[lo:hi])
+        self.sgd[local] = 0
 
     def _count(self, sent, counts):
         """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""

@@ -79,7 +79,7 @@ class MemoryPlan:
 
     ranks: int
     baseline: int  # the process with its libraries initialised (BASELINE_BYTES, measured)
-    model: int  # W_in and W_out slices: ceil(V/P) rows x dim x 4 B x 2
+    model: int  # W_in and W_out slices and the exchange's SGD count per row: ceil(V/P) rows x (dim + 1) x 4 B x 2
     tables: int  # the counts by id as runs (vocab.CountRuns): RUN_BYTES x distinct counts, the same on every rank
     words: int  # word strings and lookup of the words this rank owns: ceil(V/P) x WORD_BYTES
     step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
@@ -135,7 +135,7 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None):
     return MemoryPlan(
         ranks=ranks,
         baseline=BASELINE_BYTES,
-        model=rows * cfg.dim * 4 * 2,
+        model=rows * (cfg.dim + 1) * 4 * 2,
         tables=RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens),
         words=rows * WORD_BYTES,
         step=step_bytes(cfg, vocab_size, ranks),

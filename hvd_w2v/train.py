@@ -256,7 +256,7 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
     """
     keys, cold = step.keys, step.cold
     t0 = time.monotonic()
-    route = exchange.route(keys[:cold], step.owned)
+    route = exchange.route(keys[:cold], step.owned, step.sgd[:cold])
     rows = step_fn.empty_rows(step.table, hot.rows.shape[1])  # handed to TensorFlow without a copy
     exchange.gather(route, rows[:cold])
     rows[cold:len(keys)] = hot.rows[keys[cold:]]
@@ -267,7 +267,7 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
     updates = updates.numpy()
 
     t2 = time.monotonic()
-    exchange.scatter(route, updates[:cold], step.sgd[:cold], apply)
+    exchange.scatter(route, updates[:cold], apply)
     hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], apply)
     stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2)
     return float(loss), float(pairs)
