@@ -487,7 +487,7 @@ def add_train_options(p):
                         "(default: %(default)s)")
     o.add_argument("--quiet", action="store_true", help="no progress bar or lines")
     o.add_argument("--tensorboard", metavar="DIR", default=None,
-                   help="write TensorBoard scalars there at every loss report (every 200 steps): loss, "
+                   help="write TensorBoard scalars there at every loss report (about every 2 s): loss, "
                         "learning rate, words/s, bytes exchanged per word, exchange share of step time")
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 LOG_EVERY = 5.0  # seconds between log lines when the output is not a terminal
 BAR_MIN, BAR_MAX = 10, 30  # characters of the bar between its brackets
-DRAW_EVERY = 0.25  # seconds between redraws of the bar at least (reports come every train.REPORT_EVERY steps)
+DRAW_EVERY = 0.25  # seconds between redraws of the bar at least (reports come about every train.REPORT_SECONDS)
 TTY_ENV = "HVD_W2V_TTY"
 
 _open_bar = None  # the stream whose last line is a bar not yet ended by a newline

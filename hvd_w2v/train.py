@@ -20,7 +20,14 @@ from .exchange import Exchange, HotRows
 from .shard import RowPlan
 
 INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial: 32 MiB of temporaries
-REPORT_EVERY = 200  # steps between loss/counter allreduces (a collective, so on a step count, not a clock)
+# Loss and counters are summed over ranks by a Horovod allreduce, which waits for Horovod's next cycle (50 ms,
+# comm.HOROVOD_CYCLE_MS), and with steps of a few ms a report every 200 steps was a visible share of the run.
+# A collective must fall on the same step on every rank, so the pace is set in steps: the first report after
+# FIRST_REPORT steps, each next one after as many steps as rank 0 expects to take REPORT_SECONDS (its
+# proposal travels in the report itself), at least MIN_REPORT_STEPS.
+FIRST_REPORT = 200
+REPORT_SECONDS = 2.0
+MIN_REPORT_STEPS = 50
 
 
 class ShardedModel:
@@ -100,7 +107,8 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read
               f"{'compiled' if native.row_copies() else 'numpy'}")
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
-    report = np.zeros(3)  # loss, pairs, steps since the last report
+    report = np.zeros(3)  # loss, pairs, rank 0's proposal: steps until the next report
+    next_report, last = first + FIRST_REPORT, (first, time.monotonic())
 
     def prepare(done):
         """This rank's examples of global step ``done`` (counted over all epochs), indexed for the step."""
@@ -119,13 +127,16 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read
         epoch = done // steps
         alpha = max(cfg.min_alpha, cfg.alpha - (cfg.alpha - cfg.min_alpha) * done / total_steps)
         loss, pairs = _step(exchange, hot, step_fn, step, alpha, stats, apply)
-        report += (loss, pairs, 1)
-        if (done + 1) % REPORT_EVERY == 0 or done + 1 == total_steps:
+        report[:2] += (loss, pairs)
+        if done + 1 == next_report or done + 1 == total_steps:
+            now = time.monotonic()
+            if comm.rank == 0:
+                report[2] = REPORT_SECONDS * (done + 1 - last[0]) / max(now - last[1], 1e-6)
             # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
-            loss_sum, pair_sum, _ = comm.allreduce_dense(report)
+            loss_sum, pair_sum, proposal = comm.allreduce_dense(report)
+            next_report, last = done + 1 + max(MIN_REPORT_STEPS, int(proposal)), (done + 1, now)
             stats["last_loss"] = loss_sum / max(pair_sum, 1)
             report[:] = 0
-            now = time.monotonic()
             if progress:
                 progress.report(done + 1, first, total_steps, epoch + 1, cfg.epochs, vocab.raw_words * cfg.epochs,
                                 now - start, loss_sum / max(pair_sum, 1), alpha, stats["exchange_seconds"],
