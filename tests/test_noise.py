@@ -1,0 +1,33 @@
+"""Noise words: vocab.CountRuns.draw_noise, the inverse CDF of unigram^0.75 read from runs of equal counts."""
+import numpy as np
+
+from hvd_w2v.vocab import NOISE_POWER, CountRuns
+
+
+def runs(seed=0):
+    rng = np.random.default_rng(seed)
+    counts = np.unique(np.minimum(rng.zipf(1.3, 20000), 10**6) + 4)[::-1]  # distinct, descending, >= 5
+    return CountRuns(counts, rng.integers(1, 40, len(counts)), 1e-3)
+
+
+def test_draws_equal_a_binary_search_of_the_cdf():
+    """The guide buckets only say where to start looking: every draw must be the binary search's, including
+    uniforms at and just below each run's edge, 0, and the largest float below 1."""
+    r = runs()
+    edges = r.cum[:-1] / r.cum[-1]
+    u = np.concatenate([np.random.default_rng(1).random(200_000), edges, np.nextafter(edges, 0),
+                        [0.0, np.nextafter(1.0, 0)]])
+    u = u[(u >= 0) & (u < 1)]
+    x = u * r.cum[-1]
+    run = np.minimum(np.searchsorted(r.cum, x, side="right") - 1, len(r.counts) - 1)
+    within = ((x - r.cum[run]) / r.weight[run]).astype(np.int64)
+    expected = r.starts[run] + np.minimum(within, r.starts[run + 1] - r.starts[run] - 1)
+    assert np.array_equal(r.draw_noise(u), expected)
+    assert np.array_equal(r.draw_noise(u.reshape(-1, 1)).ravel(), expected)  # any shape
+
+
+def test_each_word_is_drawn_in_proportion_to_its_count_to_the_power():
+    r = CountRuns(np.array([1000, 100, 10]), np.array([1, 2, 3]), 1e-3)  # ids 0; 1, 2; 3, 4, 5
+    drawn = np.bincount(r.draw_noise(np.random.default_rng(2).random(600_000)), minlength=6) / 600_000
+    weight = np.array([1000, 100, 100, 10, 10, 10]) ** NOISE_POWER
+    np.testing.assert_allclose(drawn, weight / weight.sum(), atol=3e-3)
