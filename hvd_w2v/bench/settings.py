@@ -21,6 +21,7 @@ ROWS = [
     ("--batch-words 512", 2, 1, ["--batch-words", "512"], {}),
     ("--batch-words 1024", 2, 1, ["--batch-words", "1024"], {}),
     ("--batch-words 4096", 2, 1, ["--batch-words", "4096"], {}),
+    ("--batch-words 8192", 2, 1, ["--batch-words", "8192"], {}),
     ("--update-cap 256", 2, 1, ["--update-cap", "256"], {}),
     ("--update-cap 1e9 (no cap)", 2, 1, ["--update-cap", "1e9"], {}),
     ("--hot-rows 256", 2, 1, ["--hot-rows", "256"], {}),
