@@ -35,9 +35,9 @@ class ShardedModel:
     row then its W_out row, in local row order.
 
     Interleaved because the step's exchange asks for both matrices at once by *key* (``2 * id + matrix``):
-    as one table indexed by local key, gathering a step's rows is one ``np.take`` and applying its updates one
-    fancy-indexed add, instead of a masked pass per matrix (2.1x less time for the two together on a step's
-    5,700 keys: README, "Throughput"). ``w_in`` and ``w_out`` are views of it.
+    as one table indexed by local key, gathering a step's rows and adding their updates are one pass over the
+    keys each (native.take_rows, native.add_rows), where two tables took a masked pass per matrix. ``w_in``
+    and ``w_out`` are views of it.
     """
 
     def __init__(self, plan, rows):
