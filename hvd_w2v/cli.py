@@ -180,8 +180,7 @@ def cmd_train(args):
     probes = [w.encode() for w in args.show.split(",") if w]
     shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
     if shown:
-        for word, near in shown.items():
-            print(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near))
+        _emit(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near) for word, near in shown.items())
     return 0
 
 
@@ -351,10 +350,17 @@ def cmd_evaluate(args):
                      f"{r['oov']:,} out of vocabulary"))
     if comm.rank == 0:
         width = max(len(r[0]) for r in rows) if rows else 4
-        print(f"{'test':{width}}  {'score':>6}  {'count':22}  left out")
-        for name, score, n, skipped in rows:
-            print(f"{name:{width}}  {score:6.3f}  {n:22}  {skipped}".rstrip())
+        _emit([f"{'test':{width}}  {'score':>6}  {'count':22}  left out",
+               *(f"{name:{width}}  {score:6.3f}  {n:22}  {skipped}".rstrip() for name, score, n, skipped in rows)])
     return 0
+
+
+def _emit(lines):
+    """Rank 0's answers on stdout in one write. mpirun forwards a rank's output as it is written, so a line
+    written in two pieces (its text, then its newline, as unbuffered Python prints) can have a line of the
+    other stream (stderr's "load: ...") land inside it."""
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
 
 
 def cmd_neighbors(args):
@@ -365,10 +371,8 @@ def cmd_neighbors(args):
     words = [w.encode() for w in args.words]
     shown = vectors.neighbors(words, topn=args.topn)
     if comm.rank == 0:
-        for w in words:
-            near = shown.get(w)
-            print(f"{w.decode()}: " + (", ".join(f"{x.decode()} {s:.2f}" for s, x in near) if near is not None
-                                       else "not in the vocabulary"))
+        _emit(f"{w.decode()}: " + (", ".join(f"{x.decode()} {s:.2f}" for s, x in shown[w]) if w in shown
+                                   else "not in the vocabulary") for w in words)
     return 0
 
 
@@ -383,10 +387,10 @@ def cmd_analogy(args):
     comm, vectors = _load_model(args.vectors, args.step)
     answers = vectors.analogy(queries, topn=args.topn, method=args.method)
     if comm.rank == 0:
-        for (a, b, c), (found, missing) in zip(queries, answers):
-            head = f"{b.decode()} - {a.decode()} + {c.decode()}: "
-            print(head + (", ".join(f"{w.decode()} {s:.2f}" for s, w in found) if not missing else
-                          "not in the vocabulary: " + ", ".join(w.decode() for w in missing)))
+        _emit(f"{b.decode()} - {a.decode()} + {c.decode()}: "
+              + (", ".join(f"{w.decode()} {s:.2f}" for s, w in found) if not missing else
+                 "not in the vocabulary: " + ", ".join(w.decode() for w in missing))
+              for (a, b, c), (found, missing) in zip(queries, answers))
     return 0
 
 
@@ -424,7 +428,7 @@ def cmd_info(args):
 
     lines, ok = runfolder.describe(args.path, verify=args.verify)
     if _rank() == 0:  # launched on several ranks anyway: one copy
-        print("\n".join(lines), flush=True)
+        _emit(lines)
     return 0 if ok or not args.verify else 1
 
 

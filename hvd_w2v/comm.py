@@ -151,6 +151,13 @@ def log(comm, message, all_ranks=False):
         from .progress import end_line
 
         end_line()  # a progress bar being redrawn in place ends its line first
-        print(message, file=sys.stderr, flush=True)
+        _line(message)
     elif all_ranks:
-        print(f"[rank {comm.rank}] {message}", file=sys.stderr, flush=True)
+        _line(f"[rank {comm.rank}] {message}")
+
+
+def _line(text):
+    # One write, newline included: mpirun forwards each write as it comes, and a line written in two pieces
+    # can have a line of stdout land inside it.
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
