@@ -1,7 +1,8 @@
 // The owners' row copies, as plain loops: gathering a step's rows out of a rank's table and adding their
 // updates back. numpy's fancy indexing does both in several passes (index checks, a temporary, the add, the
-// write back); one pass over each row is 2.5-3x faster (README, "Throughput"). Called through ctypes by
-// hvd_w2v/native.py, which checks shapes, types and index ranges first; built there with g++.
+// write back); these make one pass over each row (the profile in README, "Throughput", shows the gain).
+// Called through ctypes by hvd_w2v/native.py, which checks shapes, types and index ranges first; built
+// there with g++.
 #include <cstdint>
 
 extern "C" {
