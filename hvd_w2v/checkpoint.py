@@ -80,14 +80,6 @@ class Loaded:
     ranks: int  # of the job that wrote it
     rows: np.ndarray  # float32[plan.rows(rank), M, dim]: W_in, then W_out when it was read (M = 2)
 
-    @property
-    def w_in(self):
-        return self.rows[:, 0]
-
-    @property
-    def w_out(self):
-        return self.rows[:, 1]
-
 
 def folder_name(step):
     return f"step-{step:09d}"

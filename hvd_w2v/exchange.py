@@ -12,11 +12,11 @@ from . import native
 
 @dataclass
 class Route:
-    """One step's traffic plan, from the asking side (``keys``) and the owning side (``asked``)."""
+    """One step's traffic plan, from the asking side (``keys``) and the owning side (``local``)."""
 
     keys: np.ndarray  # int64[n]: the keys this rank needs, grouped by owner (rank order)
     counts: np.ndarray  # int64[P]: how many of ``keys`` go to each owner
-    asked: np.ndarray  # int64[m]: keys other ranks asked of this rank, by source rank
+    local: np.ndarray  # int64[m]: rows of this rank's table other ranks asked for (RowPlan.local_key), by source
     asked_counts: np.ndarray  # int64[P]: how many each source asked
     asked_sgd: np.ndarray  # float32[m]: how many SGD updates each source's update of each asked key will sum
 
@@ -43,12 +43,13 @@ class Exchange:
         sent = np.stack((keys, sgd.astype(np.int64)), axis=1)
         asked, asked_counts = self.comm.alltoallv(sent, counts)
         self._count(sent, counts)
-        return Route(keys, counts, np.ascontiguousarray(asked[:, 0]), asked_counts, asked[:, 1].astype(np.float32))
+        local = self.plan.local_key(np.ascontiguousarray(asked[:, 0]))  # once, for the gather and the scatter
+        return Route(keys, counts, local, asked_counts, asked[:, 1].astype(np.float32))
 
     def gather(self, route, out):
         """Stage 2 (collective): owners send back the asked rows, received into ``out`` (float32[n, d], the
         rows of route.keys in order)."""
-        local = self.plan.local_key(route.asked)
+        local = route.local
         if self.comm.size == 1:
             native.take_rows(self.table, local, out)  # asked of oneself: straight into ``out``
             return
@@ -66,7 +67,7 @@ class Exchange:
         """
         got, _ = self.comm.alltoallv(updates, route.counts, recv_counts=route.asked_counts)
         self._count(updates, route.counts)
-        local = self.plan.local_key(route.asked)
+        local = route.local
         if self.comm.size == 1:
             apply(self.table, local, got, route.asked_sgd)  # one source: its keys are unique already
             return

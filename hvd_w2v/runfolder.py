@@ -148,7 +148,7 @@ def load(comm, path, step=None, log=lambda m: None):
             log(f"load: skipping {folder}: {e}")
             continue
         row_words, lookup = vocab[1]
-        return Model(run, folder, manifest, plan, LoadedVocab(size, lookup, row_words), loaded.w_in)
+        return Model(run, folder, manifest, plan, LoadedVocab(size, lookup, row_words), loaded.rows[:, 0])
     raise UserError(f"no good checkpoint under {os.path.join(run, CHECKPOINTS)} ({'; '.join(reasons)})")
 
 
