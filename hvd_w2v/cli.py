@@ -246,8 +246,7 @@ def _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record):
     # The same object on every rank: with --tensorboard each report is collective (train.train's contract).
     progress = (Progress(comm, display=not args.quiet, tensorboard=args.tensorboard)
                 if not args.quiet or args.tensorboard else False)
-    return train.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
-                       read_ahead=args.read_ahead)
+    return train.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
 
 
 def _memory_plan(comm, cfg, voc, paths, limit):
@@ -477,9 +476,6 @@ def add_train_options(p):
     r.add_argument("--update-cap", type=float, default=d.update_cap,
                    help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
                         "updates (default: %(default)s)")
-    r.add_argument("--read-ahead", action="store_true",
-                   help="build the next step's examples in a second thread while a step runs: for ranks with a "
-                        "spare core (with one core per rank it is slower); changes no result")
     r.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
                    help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
                         "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")

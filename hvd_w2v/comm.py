@@ -57,8 +57,6 @@ class Comm:
         exchange) passes it and saves the Alltoall of counts; it may also pass ``out``, a C-contiguous array
         of the right shape and dtype to receive into.
         """
-        from mpi4py import MPI
-
         send = np.ascontiguousarray(send)
         counts = np.asarray(counts, dtype=np.int64)
         if self.size == 1:  # to oneself: no copy unless asked for one
@@ -68,12 +66,34 @@ class Comm:
         if recv_counts is None:
             recv_counts = np.empty(self.size, dtype=np.int64)
             self.mpi.Alltoall(counts, recv_counts)
-        row = int(np.prod(send.shape[1:], dtype=np.int64))
-        recv = np.empty((int(recv_counts.sum()),) + send.shape[1:], dtype=send.dtype) if out is None else out
-        mpi_type = MPI._typedict[send.dtype.char]
-        sc, rc = counts * row, recv_counts * row
-        self.mpi.Alltoallv([send, (sc, _displs(sc)), mpi_type], [recv, (rc, _displs(rc)), mpi_type])
+        recv = _receiver(send, recv_counts, out)
+        self.mpi.Alltoallv(_spec(send, counts), _spec(recv, recv_counts))
         return recv, recv_counts
+
+    def alltoallv_many(self, parts, idle=None):
+        """Several alltoallv at once: ``parts`` lists ``(send, counts, recv_counts, out)`` as :meth:`alltoallv`
+        takes them (``recv_counts`` known, ``out`` may be None); returns the received arrays in that order.
+
+        They travel together, so the ranks wait for each other once rather than once per exchange. While
+        they are in flight this rank calls ``idle()``, work that does not depend on them, until it returns
+        False (nothing left to do): a rank that arrives early does that work instead of spinning, and waits
+        only when it has none.
+        """
+        from mpi4py import MPI
+
+        if self.size == 1:
+            return [self.alltoallv(send, counts, out=out)[0] for send, counts, _, out in parts]
+        keep, requests = [], []  # the buffers must outlive their requests
+        for send, counts, recv_counts, out in parts:
+            send = np.ascontiguousarray(send)
+            recv = _receiver(send, recv_counts, out)
+            requests.append(self.mpi.Ialltoallv(_spec(send, counts), _spec(recv, recv_counts)))
+            keep.append((send, recv))
+        while not MPI.Request.Testall(requests):
+            if idle is None or not idle():
+                MPI.Request.Waitall(requests)
+                break
+        return [recv for _, recv in keep]
 
     def alltoall_ints(self, values):
         """One int64 to each rank: ``values[d]`` goes to rank ``d``; returns what each rank sent here."""
@@ -108,8 +128,22 @@ class Comm:
         self.mpi.Abort(code)
 
 
-def _displs(counts):
-    return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+def _receiver(send, recv_counts, out):
+    """``out``, or a new array for ``recv_counts`` rows shaped as the rows of ``send``."""
+    if out is not None:
+        return out
+    return np.empty((int(np.sum(recv_counts)),) + send.shape[1:], dtype=send.dtype)
+
+
+def _spec(array, counts):
+    """mpi4py's ``[buffer, (counts, displacements), type]`` for rows of ``array``, ``counts[r]`` for rank r."""
+    from mpi4py import MPI
+
+    row = array[0].size if len(array) else int(np.prod(array.shape[1:], dtype=np.int64))
+    counts = np.asarray(counts, dtype=np.int64) * row
+    displs = np.zeros_like(counts)
+    np.cumsum(counts[:-1], out=displs[1:])
+    return [array, (counts, displs), MPI._typedict[array.dtype.char]]
 
 
 _COMM = None

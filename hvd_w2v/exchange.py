@@ -2,12 +2,28 @@
 
 A *key* names one row of one matrix: ``key = 2 * id + m`` with ``m = 0`` for W_in and ``1`` for W_out, so
 one alltoall serves both matrices. Keys sent by a rank are unique; every split is in rank order.
+
+A step's keys depend on its examples alone, never on the model, so the route of the next step travels with
+this step's exchanges: its counts with the gather, its keys with the scatter. The ranks then meet twice a
+step (gather, scatter) instead of four times (counts, keys, gather, scatter), and each meeting is where the
+rank that arrives first waits for the other.
 """
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import native
+
+
+@dataclass
+class Ask:
+    """The keys this rank needs in one step: ``keys`` (unique int64, grouped by owner in rank order),
+    ``counts[r]`` of them owned by rank ``r``, and ``sgd`` (float32): how many SGD updates this rank's update
+    of each key will sum (whole numbers, known before the step, so they travel with the keys)."""
+
+    keys: np.ndarray
+    counts: np.ndarray
+    sgd: np.ndarray
 
 
 @dataclass
@@ -22,7 +38,12 @@ class Route:
 
 
 class Exchange:
-    """Moves rows of the sharded matrices between their owners and the ranks that need them."""
+    """Moves rows of the sharded matrices between their owners and the ranks that need them.
+
+    Per step: ``gather`` then ``scatter``; the first step's route comes from ``route``, every later one from
+    the previous step's ``gather`` (its counts) and ``scatter`` (its keys). Every method is collective, and
+    ``idle`` (optional) is work to do while waiting for other ranks (Comm.alltoallv_many).
+    """
 
     def __init__(self, comm, plan, table):
         self.comm = comm
@@ -32,52 +53,65 @@ class Exchange:
         # of ``apply`` needs a row's total); zero between steps. 4 B a row: 0.5% of a dim-100 model.
         self.sgd = np.zeros(len(table), np.float32)
         self.bytes_sent = 0  # to other ranks, over the whole run
+        self._none = np.zeros(comm.size, np.int64)
+        self._ones = np.ones(comm.size, np.int64)
 
-    def route(self, keys, counts, sgd):
-        """Stage 1 (collective): send each owner the keys needed from it, with ``sgd`` (float32[n]): how many
-        SGD updates this rank's update of each key will sum (whole numbers, known before the step, so they
-        travel here rather than in a collective of their own at the scatter).
+    def route(self, ask):
+        """Stage 1, alone (the first step): send each owner the keys of ``ask`` it owns."""
+        asked_counts = self.comm.alltoall_ints(ask.counts)
+        return self._routed(ask, *self.comm.alltoallv_many([self._keys(ask, asked_counts)]), asked_counts)
 
-        ``keys``: unique int64, grouped by owner in rank order, ``counts[r]`` of them owned by rank ``r``.
-        """
-        sent = np.stack((keys, sgd.astype(np.int64)), axis=1)
-        asked, asked_counts = self.comm.alltoallv(sent, counts)
-        self._count(sent, counts)
-        local = self.plan.local_key(np.ascontiguousarray(asked[:, 0]))  # once, for the gather and the scatter
-        return Route(keys, counts, local, asked_counts, asked[:, 1].astype(np.float32))
-
-    def gather(self, route, out):
-        """Stage 2 (collective): owners send back the asked rows, received into ``out`` (float32[n, d], the
-        rows of route.keys in order)."""
+    def gather(self, route, out, announce=None, idle=None):
+        """Stage 2: owners send back the asked rows, received into ``out`` (float32[n, d], the rows of
+        route.keys in order). ``announce`` is the next step's Ask (None: no next step); returns how many keys
+        each rank will ask of this one in it (int64[P])."""
         local = route.local
         if self.comm.size == 1:
             native.take_rows(self.table, local, out)  # asked of oneself: straight into ``out``
-            return
+            return announce.counts if announce else self._none
         rows = np.empty((len(local), self.table.shape[1]), np.float32)
         native.take_rows(self.table, local, rows)
-        self.comm.alltoallv(rows, route.asked_counts, recv_counts=route.counts, out=out)
+        counts = announce.counts if announce else self._none
+        _, asked_next = self.comm.alltoallv_many(
+            [(rows, route.asked_counts, route.counts, out), (counts, self._ones, self._ones, None)], idle)
         self._count(rows, route.asked_counts)
+        return asked_next
 
-    def scatter(self, route, updates, apply):
-        """Stage 3 (collective): send the updates (float32[n, d]) of route.keys to their owners, who apply them.
+    def scatter(self, route, updates, apply, ask=None, asked_counts=None, idle=None):
+        """Stage 3: send the updates (float32[n, d]) of route.keys to their owners, who apply them; with the
+        next step's ``ask`` and the ``asked_counts`` its gather announced, returns the next step's Route.
 
         The owner calls ``apply(table, local_rows, updates, total_sgd)`` once per source, in rank order, with
         each row's SGD-update count summed over all sources (a source's keys are unique, two sources' may not
         be).
         """
-        got, _ = self.comm.alltoallv(updates, route.counts, recv_counts=route.asked_counts)
+        parts = [(updates, route.counts, route.asked_counts, None)]
+        if ask is not None:
+            parts.append(self._keys(ask, asked_counts))
+        received = self.comm.alltoallv_many(parts, idle)
         self._count(updates, route.counts)
-        local = route.local
+        got, local = received[0], route.local
         if self.comm.size == 1:
             apply(self.table, local, got, route.asked_sgd)  # one source: its keys are unique already
-            return
-        ends = np.cumsum(route.asked_counts)
-        for lo, hi in zip(ends - route.asked_counts, ends):
-            self.sgd[local[lo:hi]] += route.asked_sgd[lo:hi]
-        total = self.sgd[local]
-        for lo, hi in zip(ends - route.asked_counts, ends):
-            apply(self.table, local[lo:hi], got[lo:hi], total[lo:hi])
-        self.sgd[local] = 0
+        else:
+            ends = np.cumsum(route.asked_counts)
+            for lo, hi in zip(ends - route.asked_counts, ends):
+                self.sgd[local[lo:hi]] += route.asked_sgd[lo:hi]
+            total = self.sgd[local]
+            for lo, hi in zip(ends - route.asked_counts, ends):
+                apply(self.table, local[lo:hi], got[lo:hi], total[lo:hi])
+            self.sgd[local] = 0
+        return None if ask is None else self._routed(ask, received[1], asked_counts)
+
+    def _keys(self, ask, asked_counts):
+        """The alltoallv part that sends ``ask``'s keys with their SGD counts."""
+        sent = np.stack((ask.keys, ask.sgd.astype(np.int64)), axis=1)
+        self._count(sent, ask.counts)
+        return sent, ask.counts, asked_counts, None
+
+    def _routed(self, ask, asked, asked_counts):
+        local = self.plan.local_key(np.ascontiguousarray(asked[:, 0]))  # once, for the gather and the scatter
+        return Route(ask.keys, ask.counts, local, asked_counts, asked[:, 1].astype(np.float32))
 
     def _count(self, sent, counts):
         """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""

@@ -7,16 +7,16 @@ Per step, on every rank (all collective, in this order):
 All updates of a step are computed from the state at its start, so the result is the same on any rank count
 up to the order of float32 sums. The learning rate decays linearly with the global position.
 """
+import collections
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import batches, native, rng
 from .comm import log
-from .exchange import Exchange, HotRows
+from .exchange import Ask, Exchange, HotRows
 from .shard import RowPlan
 
 INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial: 32 MiB of temporaries
@@ -28,6 +28,9 @@ INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial
 FIRST_REPORT = 200
 REPORT_SECONDS = 2.0
 MIN_REPORT_STEPS = 50
+# Steps prepared ahead at most (Ahead): enough to absorb a few steps of one rank running late; each is a few
+# hundred KiB of index arrays at the default batch.
+AHEAD_STEPS = 4
 
 
 class ShardedModel:
@@ -78,13 +81,12 @@ class ShardedModel:
         return cls(plan, rows)
 
 
-def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read_ahead=False):
+def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective.
 
     ``resume`` (a checkpoint.Loaded: ``step``, this rank's ``w_in``/``w_out``) starts after that many global
     steps from those rows instead of from scratch. ``saver`` (a checkpoint.Saver), when given, is told of
     every finished step but the last and may write a checkpoint, or raise checkpoint.Interrupted.
-    ``read_ahead``: build the next step's examples in a second thread (see :func:`_examples`).
     """
     from . import sgns
 
@@ -123,10 +125,13 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read
 
         progress = Progress.of(comm, progress)
     start = time.monotonic()
-    for done, step in zip(range(first, total_steps), _examples(prepare, first, total_steps, read_ahead)):
+    ahead = Ahead(prepare, first, total_steps, AHEAD_STEPS)
+    route = exchange.route(ahead.peek().ask) if first < total_steps else None
+    for done in range(first, total_steps):
         epoch = done // steps
         alpha = max(cfg.min_alpha, cfg.alpha - (cfg.alpha - cfg.min_alpha) * done / total_steps)
-        loss, pairs = _step(exchange, hot, step_fn, step, alpha, stats, apply)
+        step = ahead.pop()
+        loss, pairs, route = _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply)
         report[:2] += (loss, pairs)
         if done + 1 == next_report or done + 1 == total_steps:
             now = time.monotonic()
@@ -150,26 +155,40 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, read
     return model, stats
 
 
-def _examples(prepare, first, total, read_ahead):
-    """``prepare(s)`` for the global steps ``s`` in ``[first, total)``, in order.
+class Ahead:
+    """The steps' examples (StepPlans of global steps ``first..total-1``), prepared in order ahead of use.
 
-    With ``read_ahead`` the next step's examples are built in a second thread while the caller runs this
-    step: they depend on corpus positions only, never on the model, so this changes no result. It pays only
-    where a rank has a spare core: with one core per rank the thread competes with the ranks, which spin in
-    MPI while they wait. 2 ranks on 2 cores ran 1.08x faster without it (the first 76,000 lines of the real
-    corpus, 175k against 162k words/s, means of 2 runs each); 1 rank on one core gained nothing from it.
+    A step's examples are a function of corpus positions alone, never of the model, so building them early
+    changes no result. The loop takes each with :meth:`pop`; :meth:`peek` shows the next, whose keys travel
+    with this step's exchange; and the exchange calls :meth:`fill` while it waits for other ranks, so a rank
+    that arrives first builds up to ``depth`` steps ahead instead of spinning. ``seconds``: time spent here.
     """
-    if not read_ahead:
-        for s in range(first, total):
-            yield prepare(s)
-        return
-    with ThreadPoolExecutor(max_workers=1) as ahead:
-        upcoming = ahead.submit(prepare, first)
-        for s in range(first, total):
-            step = upcoming.result()
-            if s + 1 < total:
-                upcoming = ahead.submit(prepare, s + 1)
-            yield step
+
+    def __init__(self, prepare, first, total, depth):
+        self.prepare, self.next, self.total, self.depth = prepare, first, total, depth
+        self.ready = collections.deque()
+        self.seconds = 0.0
+
+    def fill(self):
+        """Prepare one more step unless ``depth`` are ready or none is left; False if there was nothing to do."""
+        if len(self.ready) >= self.depth or self.next >= self.total:
+            return False
+        t = time.monotonic()
+        self.ready.append(self.prepare(self.next))
+        self.next += 1
+        self.seconds += time.monotonic() - t
+        return True
+
+    def peek(self):
+        """The next step's plan (None after the last), prepared now if it is not yet."""
+        if not self.ready:
+            self.fill()
+        return self.ready[0] if self.ready else None
+
+    def pop(self):
+        step = self.peek()
+        self.ready.popleft()
+        return step
 
 
 # TensorFlow (with oneDNN) keeps state for every input shape it meets, so resident memory grew all through
@@ -206,6 +225,11 @@ class StepPlan:
     ctx: list  # int32[n_g, w_g] per group g: its centres' context rows
     tgt: list  # int32[n_g, 1+negative] per group g: the centre, then its noise words
     sgd: np.ndarray  # float32[U]
+
+    @property
+    def ask(self):
+        """What this step needs of the owners: its cold keys (exchange.Ask)."""
+        return Ask(self.keys[:self.cold], self.owned, self.sgd[:self.cold])
 
     @classmethod
     def of(cls, batch, plan, n_hot, sg, groups):
@@ -259,17 +283,20 @@ def _padded(block, none):
     return out
 
 
-def _step(exchange, hot, step_fn, step, alpha, stats, apply):
-    """One step on this rank's examples (a StepPlan); collective even when it has none.
+def _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply):
+    """One step on this rank's examples (a StepPlan, its ``route`` already sent); collective even when it has
+    none. Returns (loss, pairs, the next step's route).
 
     Gathered rows land in the step's table of unique rows, TensorFlow computes the updates of its rows, and
     the cold part is scattered back to the owners in the same order; hot rows go through their allreduce.
+    The next step's keys travel with this step's exchanges, and while they wait the rank prepares steps ahead.
     """
     keys, cold = step.keys, step.cold
-    t0 = time.monotonic()
-    route = exchange.route(keys[:cold], step.owned, step.sgd[:cold])
+    upcoming = ahead.peek()
+    ask = upcoming.ask if upcoming else None
+    t0, ahead0 = time.monotonic(), ahead.seconds
     rows = step_fn.empty_rows(step.table, hot.rows.shape[1])  # handed to TensorFlow without a copy
-    exchange.gather(route, rows[:cold])
+    asked_next = exchange.gather(route, rows[:cold], ask, ahead.fill)
     rows[cold:len(keys)] = hot.rows[keys[cold:]]
     rows[len(keys):] = 0  # padding; the last row stands for "no context word"
     t1 = time.monotonic()
@@ -278,10 +305,11 @@ def _step(exchange, hot, step_fn, step, alpha, stats, apply):
     updates = updates.numpy()
 
     t2 = time.monotonic()
-    exchange.scatter(route, updates[:cold], apply)
+    route = exchange.scatter(route, updates[:cold], apply, ask, asked_next, ahead.fill)
     hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], apply)
-    stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2)
-    return float(loss), float(pairs)
+    # Steps prepared while waiting are the loop's work, not the exchange's.
+    stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2) - (ahead.seconds - ahead0)
+    return float(loss), float(pairs), route
 
 
 def make_apply(cap):
