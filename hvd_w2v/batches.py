@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import rng
+from . import native, rng
 from .encode import SENTENCE_END
 
 
@@ -34,7 +34,12 @@ def build(stream, vocab, cfg, epoch, lo, hi):
     """
     span, window = cfg.context_span, cfg.window
     base = max(lo - span, 0)
-    ids = stream.read(base, hi + span).astype(np.int64)
+    ids = stream.read(base, hi + span)
+    lib = native.example_builder()
+    if lib is not None:  # the same examples, bit for bit, in one pass (batches_kernel.cc)
+        keys = [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
+        return Batch(*native.build_examples(lib, ids, base, lo, hi, keys, window, span, cfg.negative, vocab.runs))
+    ids = ids.astype(np.int64)
     pos = base + np.arange(len(ids), dtype=np.int64)
     word = ids >= 0
     keep = word & (rng.uniform(cfg.seed, rng.KEEP, epoch, pos) < vocab.keep(np.where(word, ids, 0)))

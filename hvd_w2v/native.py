@@ -1,9 +1,10 @@
 """Compiled code: built once per machine with g++ from the package's C++ sources, cached, loaded on demand.
 
-Two libraries, each optional: the step's fused TensorFlow op (sgns_kernel.cc, loaded by sgns) and the owners'
-row copies (rows_kernel.cc, loaded here through ctypes, used by exchange). Where one cannot be built or
-loaded, its user prints one warning and falls back to TensorFlow's graph or numpy, which compute the same
-values more slowly; ``HVD_W2V_KERNEL=python`` (or ``graph``) asks for the fallbacks from the start.
+Three libraries, each optional: the step's fused TensorFlow op (sgns_kernel.cc, loaded by sgns), the owners'
+row copies (rows_kernel.cc, used by exchange) and the example builder (batches_kernel.cc, used by batches),
+the last two loaded here through ctypes. Where one cannot be built or loaded, its user prints one warning and
+falls back to TensorFlow's graph or numpy, which compute the same values more slowly; ``HVD_W2V_KERNEL=python``
+(or ``graph``) asks for the fallbacks from the start.
 
 A library's file name is a hash of its source, its compiler flags (TensorFlow's, for the op), TensorFlow's
 version and this CPU's features (``-march=native``), so a changed source, another TensorFlow or another
@@ -62,29 +63,38 @@ def warn(what, error, fallback):
           file=sys.stderr, flush=True)
 
 
-# -- the owners' row copies (rows_kernel.cc) -----------------------------------------------------------------
-
-_ROWS = {}  # "lib" once loaded, or "error": why it is not available
+_LIBS = {}  # name: the loaded ctypes library, or the reason it is not available (a str)
 
 
-def row_copies():
-    """The ctypes library of rows_kernel.cc, building it on first use; None where it cannot be built (the
-    reason is kept in _ROWS["error"]) or $HVD_W2V_KERNEL asks for numpy."""
-    if not _ROWS:
+def _library(name, functions, what, extra_flags=()):
+    """The ctypes library of ``name``.cc, built on first use, with ``functions`` ({name: argtypes}, each
+    returning int64) declared; None where it cannot be built (one warning) or $HVD_W2V_KERNEL asks for numpy."""
+    if name not in _LIBS:
         if not wanted():
-            _ROWS["error"] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
+            _LIBS[name] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
             return None
         try:
-            lib = ctypes.CDLL(build("rows_kernel"))
-            pointer, size = ctypes.c_void_p, ctypes.c_int64
-            lib.hvd_w2v_take_rows.argtypes = [pointer] * 3 + [size] * 2
-            lib.hvd_w2v_add_rows.argtypes = [pointer] * 4 + [size] * 2
-            lib.hvd_w2v_take_rows.restype = lib.hvd_w2v_add_rows.restype = None
-            _ROWS["lib"] = lib
+            lib = ctypes.CDLL(build(name, extra_flags))
+            for function, argtypes in functions.items():
+                getattr(lib, function).argtypes = argtypes
+                getattr(lib, function).restype = ctypes.c_int64
+            _LIBS[name] = lib
         except (OSError, AttributeError, StopIteration) as e:
-            _ROWS["error"] = str(e)
-            warn("the compiled row copies", e, "numpy")
-    return _ROWS.get("lib")
+            _LIBS[name] = str(e)
+            warn(what, e, "numpy")
+    lib = _LIBS[name]
+    return None if isinstance(lib, str) else lib
+
+
+P, I64, U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
+
+
+# -- the owners' row copies (rows_kernel.cc) -----------------------------------------------------------------
+
+def row_copies():
+    """The library of rows_kernel.cc, or None (numpy then)."""
+    return _library("rows_kernel", {"hvd_w2v_take_rows": [P] * 3 + [I64] * 2,
+                                    "hvd_w2v_add_rows": [P] * 4 + [I64] * 2}, "the compiled row copies")
 
 
 def _checked(table, rows, block):
@@ -120,3 +130,58 @@ def add_rows(table, rows, updates, scale=None):
         if scale.shape != (len(rows),):
             raise ValueError(f"scale must be float32[{len(rows)}], got {scale.shape}")
     lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1])
+
+
+# -- the example builder (batches_kernel.cc) -----------------------------------------------------------------
+
+def example_builder():
+    """The library of batches_kernel.cc, or None (numpy then). Built without fused multiply-adds, so that its
+    float operations round as numpy's do."""
+    return _library("batches_kernel", {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64,
+                                                         I64, P, P, P, P, P, I64, P, P, P],
+                                       "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5},
+                    "the compiled example builder", ["-ffp-contract=off"])
+
+
+def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs):
+    """batches.build's examples of centres in ``[lo, hi)`` from ``ids`` (int32, read from stream position
+    ``base``), with ``keys`` the (keep, window, noise) rng keys and ``runs`` a vocab.CountRuns; returns
+    (centres int64[n], contexts int64[n, 2 window], negatives int64[n, negative])."""
+    ids = np.ascontiguousarray(ids, np.int32)
+    arrays = [np.ascontiguousarray(a, t) for a, t in ((runs.starts, np.int64), (runs.keep_by_run, np.float32),
+                                                      (runs.cum, np.float64), (runs.weight, np.float64),
+                                                      (runs.guide, np.int64))]
+    starts, keep, cum, weight, guide = arrays
+    count = len(keep)
+    if not (len(starts) == len(cum) == count + 1 and len(weight) == count and len(guide) and window > 0
+            and negative >= 0 and base <= lo <= hi and (len(ids) == 0 or ids.max() < starts[-1])):
+        raise ValueError("build_examples: inconsistent vocabulary runs or positions")
+    most = max(hi - lo, 0)
+    centres = np.empty(most, np.int64)
+    contexts = np.empty((most, 2 * window), np.int64)
+    negatives = np.empty((most, negative), np.int64)
+    n = lib.hvd_w2v_build(ids.ctypes.data, len(ids), base, lo, hi, *[int(k) for k in keys], window, span, negative,
+                          count, *[a.ctypes.data for a in arrays], len(guide), centres.ctypes.data,
+                          contexts.ctypes.data, negatives.ctypes.data)
+    return centres[:n], contexts[:n], negatives[:n]
+
+
+def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad):
+    """train.StepPlan.of's table for one block (the fused op's). Returns keys int64[U] grouped by owner, hot
+    last; owned int64[ranks + 1]; ctx int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples'
+    slots ("none" where empty); sgd float32[U]."""
+    centres, contexts, negatives = (np.ascontiguousarray(a, np.int64) for a in (centres, contexts, negatives))
+    n, width = contexts.shape
+    negative = negatives.shape[1]
+    if not (len(centres) == n == len(negatives) and n_pad >= n and ranks >= 1 and row_bucket >= 1):
+        raise ValueError("step_plan: inconsistent example arrays")
+    occurrences = n * (width + 1 + negative)
+    keys = np.empty(occurrences, np.int64)
+    sgd = np.empty(occurrences, np.float32)
+    owned = np.empty(ranks + 1, np.int64)
+    ctx = np.empty((n_pad, width), np.int32)
+    tgt = np.empty((n_pad, 1 + negative), np.int32)
+    unique = lib.hvd_w2v_step_plan(centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data, n, width,
+                                   negative, ranks, n_hot, int(sg), row_bucket, n_pad, keys.ctypes.data,
+                                   owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data)
+    return keys[:unique], owned, ctx, tgt, sgd[:unique]

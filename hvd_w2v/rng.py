@@ -18,7 +18,8 @@ def _mix(x):
     return x ^ (x >> np.uint64(31))
 
 
-def _key(seed, stream, epoch):
+def key(seed, stream, epoch):
+    """The uint64 that keys ``stream`` of ``seed`` in ``epoch``."""
     k = (seed * 0x9E3779B97F4A7C15 + stream * 0xD1B54A32D192ED03 + epoch * 0x8CB92BA72F3D8DD7) & MASK
     return np.uint64(k)
 
@@ -28,7 +29,7 @@ def uniform(seed, stream, epoch, counters, k=0):
     or an int array broadcast against ``counters``: ``uniform(.., pos[:, None], np.arange(K))`` is K draws
     per position at once, the same values as K calls)."""
     x = np.asarray(counters, dtype=np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    x = _mix(x ^ _key(seed, stream, epoch))
+    x = _mix(x ^ key(seed, stream, epoch))
     draw = np.asarray(k, dtype=np.int64).astype(np.uint64) * np.uint64(0xA0761D6478BD642F) + np.uint64(1)
     x = _mix(x + draw)
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

@@ -212,8 +212,8 @@ OWNER_SHIFT = 40  # step keys carry their owner above this bit (ids stay below 2
 class StepPlan:
     """One step's examples on this rank, indexed into a table of the unique rows they touch.
 
-    ``keys`` (int64[U], ``2 * id + matrix``) are sorted by owner, the hot rows (served by the local replicas)
-    last; ``ctx`` and ``tgt`` index a table of ``table`` rows, the U rows then zeros (``table - 1`` in
+    ``keys`` (int64[U], ``2 * id + matrix``) are grouped by owner in rank order (in any order within an
+    owner: no sum depends on it), the hot rows (served by the local replicas) last; ``ctx`` and ``tgt`` index a table of ``table`` rows, the U rows then zeros (``table - 1`` in
     ``ctx``: no context word), in groups by context width (sgns.step_function); ``sgd`` counts the
     word2vec.c SGD updates each row sums. A function of the examples alone, so it can be built ahead.
     """
@@ -236,6 +236,13 @@ class StepPlan:
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
         every centre in one block, its contexts where the examples hold them (what the fused op takes: it
         skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph)."""
+        lib = native.example_builder() if groups == 1 else None
+        if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
+            keys, owned, ctx, tgt, sgd = native.step_plan(
+                lib, batch.centres, batch.contexts, batch.negatives, plan.ranks, n_hot, sg, ROW_BUCKET,
+                _round_up(len(batch), CENTRE_BUCKET))
+            return cls(keys, owned[:-1], len(keys) - owned[-1], _round_up(len(keys) + 1, ROW_BUCKET), [ctx], [tgt],
+                       sgd)
         valid = batch.contexts >= 0
         n_ctx = int(valid.sum())
         targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)

@@ -8,7 +8,7 @@ from hvd_w2v import native
 @pytest.fixture(params=["compiled", "numpy"])
 def mode(request, monkeypatch):
     if request.param == "compiled" and native.row_copies() is None:
-        pytest.skip(f"the row copies cannot be built here: {native._ROWS['error']}")
+        pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
     if request.param == "numpy":
         monkeypatch.setattr(native, "row_copies", lambda: None)
     return request.param
@@ -41,7 +41,7 @@ def test_add_rows_equals_fancy_add(mode, scaled):
 
 def test_bad_rows_are_refused_before_any_copy():
     if native.row_copies() is None:
-        pytest.skip(f"the row copies cannot be built here: {native._ROWS['error']}")
+        pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
     table, rows, updates = blocks(2)
     before = table.copy()
     for bad in (np.append(rows[:-1], len(table)), np.append(rows[:-1], -1)):

@@ -97,7 +97,8 @@ def test_a_step_plan_equals_word2vec_loops(sg, fused, groups):
 
     # The same examples as one block, in the table's rows: keys are 2 * id (W_in) and 2 * id + 1 (W_out).
     none = step.table - 1
-    slot = lambda keys: np.searchsorted(step.keys, keys)  # noqa: E731
+    order = np.argsort(step.keys)  # the table's keys are grouped by owner, in any order within one
+    slot = lambda keys: order[np.searchsorted(step.keys[order], keys)]  # noqa: E731
     ctx = np.where(contexts >= 0, slot(2 * contexts), none)
     tgt = slot(2 * np.concatenate((batch.centres[:, None], batch.negatives), axis=1) + 1)
     expected = reference(table, ctx, tgt, 0.025, sg)

@@ -1,0 +1,110 @@
+"""A step's examples: the compiled builder (batches_kernel.cc) gives numpy's examples bit for bit."""
+import numpy as np
+import pytest
+
+from hvd_w2v import batches, native
+from hvd_w2v.config import Config
+from hvd_w2v.vocab import CountRuns, Vocab
+
+
+class Ids:
+    """A token stream held in memory, read as encode.TokenStream reads its shards."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def read(self, lo, hi):
+        return self.ids[max(lo, 0):min(hi, len(self.ids))].copy()
+
+
+def zipf_stream(n, vocab_size, seed):
+    """``n`` positions of Zipf-distributed ids below ``vocab_size``, sentences of 1 to 40 words."""
+    rng = np.random.default_rng(seed)
+    ids = np.minimum(rng.zipf(1.2, n) - 1, vocab_size - 1).astype(np.int32)
+    ids[np.cumsum(rng.integers(1, 41, n))[:n // 5] % n] = -1  # encode.SENTENCE_END
+    return Ids(ids)
+
+
+def zipf_vocab(vocab_size, sample):
+    counts = np.maximum(10**6 // np.arange(1, vocab_size + 1), 5)
+    distinct, lengths = np.unique(counts, return_counts=True)
+    return Vocab(CountRuns(distinct[::-1], lengths[::-1], sample), 0, {}, [], [])
+
+
+@pytest.fixture
+def builder():
+    lib = native.example_builder()
+    if lib is None:
+        pytest.skip(f"the example builder cannot be built here: {native._LIBS['batches_kernel']}")
+    return lib
+
+
+def numpy_build(monkeypatch, *args):
+    monkeypatch.setattr(native, "example_builder", lambda: None)
+    try:
+        return batches.build(*args)
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("window, negative, span, sample", [(5, 5, 0, 1e-3), (2, 3, 0, 1e-5), (8, 1, 9, 0.0)])
+def test_the_compiled_examples_are_numpys(builder, monkeypatch, window, negative, span, sample):
+    """Every centre, context slot and noise word equal, over slices at the stream's ends and inside it, in two
+    epochs and two seeds: the same draws, the same windows, the same float rounding."""
+    stream = zipf_stream(30_000, 3_000, seed=window)
+    voc = zipf_vocab(3_000, sample)
+    for seed in (1, 7):
+        cfg = Config(window=window, negative=negative, span=span, sample=sample, seed=seed)
+        for epoch in (0, 3):
+            for lo, hi in [(0, 1024), (1000, 3048), (29_000, 30_000), (12_345, 12_346), (500, 500)]:
+                got = batches.build(stream, voc, cfg, epoch, lo, hi)
+                want = numpy_build(monkeypatch, stream, voc, cfg, epoch, lo, hi)
+                assert len(got) == len(want) and (len(want) > 0 or hi - lo < 2)
+                for field in ("centres", "contexts", "negatives"):
+                    a, b = getattr(got, field), getattr(want, field)
+                    assert a.dtype == b.dtype == np.int64 and np.array_equal(a, b), (field, seed, epoch, lo)
+
+
+def test_bad_arrays_are_refused_before_the_loop(builder):
+    voc = zipf_vocab(100, 1e-3)
+    ids = np.array([1, 2, 100], np.int32)  # 100 is past the vocabulary
+    with pytest.raises(ValueError):
+        native.build_examples(builder, ids, 0, 0, 3, (1, 2, 3), 5, 20, 5, voc.runs)
+
+
+def plan_view(step, plan, n_hot):
+    """What a StepPlan means, whatever the order of its table: each owner's set of keys (the hot ones last)
+    with their SGD counts, the key behind every example slot (-1: none), and the table's size."""
+    keys, ends = step.keys, np.cumsum(np.append(step.owned, len(step.keys) - step.cold))
+    owner = np.where(keys >> 1 < n_hot, plan.ranks, plan.owner(keys >> 1))
+    assert np.array_equal(owner, np.repeat(np.arange(plan.ranks + 1), np.diff(ends, prepend=0)))
+    assert len(np.unique(keys)) == len(keys)
+    padded = np.append(keys, np.full(step.table - len(keys), -1))  # the padding and "none" rows read as -1
+    return (dict(zip(keys.tolist(), step.sgd.tolist())), step.cold, step.table,
+            [padded[block] for block in step.ctx], [padded[block] for block in step.tgt])
+
+
+@pytest.mark.parametrize("ranks, n_hot, sg", [(1, 0, True), (1, 0, False), (2, 0, True), (3, 40, True),
+                                              (4, 0, False)])
+def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot, sg):
+    """The fused op's StepPlan (one block), from real examples (noise words equal to their centre included):
+    keys grouped by owner as numpy's (within an owner the order may differ: no sum depends on it), the same
+    SGD count per key, and every example slot pointing at the same key."""
+    from hvd_w2v.shard import RowPlan
+    from hvd_w2v.train import StepPlan
+
+    stream, voc = zipf_stream(30_000, 3_000, seed=2), zipf_vocab(3_000, 1e-3)
+    plan = RowPlan(3_000, ranks)
+    for lo, hi in [(0, 2048), (5000, 5700), (100, 100)]:
+        batch = batches.build(stream, voc, Config(), 0, lo, hi)
+        assert lo == hi or (batch.negatives == batch.centres[:, None]).any()
+        got = plan_view(StepPlan.of(batch, plan, n_hot, sg, 1), plan, n_hot)
+        monkeypatch.setattr(native, "example_builder", lambda: None)
+        want = plan_view(StepPlan.of(batch, plan, n_hot, sg, 1), plan, n_hot)
+        monkeypatch.undo()
+        assert got[:3] == want[:3]
+        for a, b in zip(got[3] + got[4], want[3] + want[4]):
+            assert np.array_equal(a, b)
