@@ -60,6 +60,11 @@ STEP_SLOT_COPIES = 3
 # The exchange buffers (rows sent, updates received, their sums) are the same size on a balanced plan and
 # are not alive at the same time as TensorFlow's: covered by the same count.
 STEP_UNIQUE_COPIES = 5
+# Steps whose examples train.Ahead builds ahead of use, while the exchange waits for other ranks; each
+# StepPlan holds at most 16 B per slot (int32 ctx/tgt slots, and the compiled builder's int64 key and float32
+# SGD-count buffers, sized for every slot).
+AHEAD_STEPS = 4
+PLAN_BYTES_PER_SLOT = 16
 
 # Reading text (corpus.read_blocks, then vocab counting and encode's sentences, id lists and lookups):
 # encode's peak was 12.7 B per byte of the block being read (VmHWM after encode minus the baseline, 2
@@ -116,7 +121,7 @@ def step_bytes(cfg, vocab_size, ranks):
     centres = math.ceil(cfg.batch_words / ranks)
     slots = centres * (2 * cfg.window + 1 + cfg.negative)
     unique = min(slots, 2 * vocab_size) + 1
-    return (STEP_FIXED_BYTES + STEP_BYTES_PER_SLOT * slots
+    return (STEP_FIXED_BYTES + (STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT) * slots
             + 4 * cfg.dim * (STEP_SLOT_COPIES * slots + STEP_UNIQUE_COPIES * unique))
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from . import batches, native, rng
 from .comm import log
 from .exchange import Ask, Exchange, HotRows
+from .memory import AHEAD_STEPS
 from .shard import RowPlan
 
 INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial: 32 MiB of temporaries
@@ -28,9 +29,6 @@ INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial
 FIRST_REPORT = 200
 REPORT_SECONDS = 2.0
 MIN_REPORT_STEPS = 50
-# Steps prepared ahead at most (Ahead): enough to absorb a few steps of one rank running late; each is a few
-# hundred KiB of index arrays at the default batch.
-AHEAD_STEPS = 4
 
 
 class ShardedModel:
