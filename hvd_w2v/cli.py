@@ -98,7 +98,7 @@ def _vocabulary(args, check=None):
     from .shard import RowPlan
 
     cfg = config_from(args)
-    comm = comm_mod.init(args.threads)
+    comm = comm_mod.init(args.threads, comm_mod.HOT_ROWS_CYCLE_MS if cfg.hot_rows else comm_mod.HOROVOD_CYCLE_MS)
     say = lambda m: log(comm, m)  # noqa: E731
     _writable_folder(comm, args.out)
     if not args.corpus:

@@ -28,17 +28,20 @@ class Comm:
         self._calls = 0
 
     # -- dense, replicated tensors: Horovod ----------------------------------------------------------
-    def allreduce_dense(self, array, average=False):
-        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result."""
+    def allreduce_dense(self, array, average=False, name=None):
+        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. ``name``
+        (optional) must be unique and the same on every rank; calls from more than one thread need one, as
+        the default counts calls in this process."""
         import tensorflow as tf
 
         if self.size == 1:
             return np.array(array)  # the sum over one rank; spares Horovod's ~1 ms a call
 
-        self._calls += 1
+        if name is None:
+            self._calls += 1
+            name = f"dense.{self._calls}"
         op = self.hvd.Average if average else self.hvd.Sum
-        out = self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=f"dense.{self._calls}")
-        return out.numpy()
+        return self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=name).numpy()
 
     def broadcast_dense(self, array, root=0):
         """Rank ``root``'s array on every rank, via Horovod (same shape and dtype on all ranks)."""
@@ -147,14 +150,23 @@ def _spec(array, counts):
 
 
 _COMM = None
-HOROVOD_CYCLE_MS = 50
+# Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms, even with nothing queued, and each wake is
+# a collective among the ranks' background threads: with one core per rank it takes the core from the step,
+# and the thread that wakes first spins until the other's wakes. At Horovod's 1 ms, 2 ranks trained 3.1x
+# slower than at 50 ms (README, "Throughput", the settings table), and at 50 ms every tenth step or so still
+# took twice the median; at 250 ms the run took 6% less time. hvd-w2v calls Horovod a few times a run
+# and for the loss reports, which do not wait for the result (train.Reports); a Horovod call waits up to a
+# cycle, so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
+HOROVOD_CYCLE_MS = 250
+HOT_ROWS_CYCLE_MS = 50
 
 
-def init(threads=None):
+def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS):
     """Start MPI and Horovod once per process and return the :class:`Comm`.
 
     ``threads`` (default: $HVD_W2V_THREADS, else 1) is this rank's TensorFlow compute-thread budget; it must be
-    set before TensorFlow runs any op, so it is applied here.
+    set before TensorFlow runs any op, so it is applied here. ``cycle_ms``: Horovod's cycle, unless
+    $HOROVOD_CYCLE_TIME is set.
     """
     global _COMM
     if _COMM is not None:
@@ -164,11 +176,7 @@ def init(threads=None):
     import tensorflow as tf
     import horovod.tensorflow as hvd
 
-    # Horovod's background thread negotiates with its peers every HOROVOD_CYCLE_TIME ms even when idle. With
-    # one core per rank that steals the core from the step: 2 ranks trained 3.1x faster at 50 ms than at
-    # Horovod's 1 ms (README, "Throughput", the settings table). hvd-w2v's Horovod calls are a few a second at most, so a long
-    # cycle costs little; a value set by the user wins.
-    os.environ.setdefault("HOROVOD_CYCLE_TIME", str(HOROVOD_CYCLE_MS))
+    os.environ.setdefault("HOROVOD_CYCLE_TIME", str(cycle_ms))
     threads = int(threads or os.environ.get("HVD_W2V_THREADS", "1"))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)

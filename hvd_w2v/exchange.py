@@ -126,10 +126,11 @@ class HotRows:
     def __init__(self, comm, model, n):
         self.comm, self.model, self.n = comm, model, n
         self.rows = np.zeros((2 * n, model.w_in.shape[1]), np.float32)
-        mine, local = self._mine()
-        self.rows[2 * mine], self.rows[2 * mine + 1] = model.w_in[local], model.w_out[local]
-        # Horovod: every rank contributes the hot rows it owns (zeros elsewhere); the sum is the full block.
-        self.rows = comm.allreduce_dense(self.rows)
+        if n:
+            mine, local = self._mine()
+            self.rows[2 * mine], self.rows[2 * mine + 1] = model.w_in[local], model.w_out[local]
+            # Horovod: every rank contributes the hot rows it owns (zeros elsewhere); the sum is the full block.
+            self.rows = comm.allreduce_dense(self.rows)
 
     def apply(self, keys, updates, counts, apply):
         """Sum this rank's ``updates`` (float32[k, d]) of hot ``keys`` and their SGD-update ``counts`` over

@@ -10,6 +10,7 @@ up to the order of float32 sums. The learning rate decays linearly with the glob
 import collections
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,11 +22,11 @@ from .memory import AHEAD_STEPS
 from .shard import RowPlan
 
 INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial: 32 MiB of temporaries
-# Loss and counters are summed over ranks by a Horovod allreduce, which waits for Horovod's next cycle (50 ms,
-# comm.HOROVOD_CYCLE_MS), and with steps of a few ms a report every 200 steps was a visible share of the run.
-# A collective must fall on the same step on every rank, so the pace is set in steps: the first report after
-# FIRST_REPORT steps, each next one after as many steps as rank 0 expects to take REPORT_SECONDS (its
-# proposal travels in the report itself), at least MIN_REPORT_STEPS.
+# Loss and counters are summed over ranks by a Horovod allreduce (Reports), which waits for Horovod's next
+# cycle (comm.HOROVOD_CYCLE_MS). A collective must fall on the same step on every rank, so the pace is set in
+# steps: the first two reports after FIRST_REPORT steps each, each next one after as many steps as rank 0
+# expected to take REPORT_SECONDS at the report before (its proposal travels in the report), at least
+# MIN_REPORT_STEPS.
 FIRST_REPORT = 200
 REPORT_SECONDS = 2.0
 MIN_REPORT_STEPS = 50
@@ -123,6 +124,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
         progress = Progress.of(comm, progress)
     start = time.monotonic()
+    reports = Reports(comm)
     ahead = Ahead(prepare, first, total_steps, AHEAD_STEPS)
     route = exchange.route(ahead.peek().ask) if first < total_steps else None
     for done in range(first, total_steps):
@@ -135,15 +137,17 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
             now = time.monotonic()
             if comm.rank == 0:
                 report[2] = REPORT_SECONDS * (done + 1 - last[0]) / max(now - last[1], 1e-6)
-            # Horovod: loss and pair counts summed over ranks, so every rank reports the same figure.
-            loss_sum, pair_sum, proposal = comm.allreduce_dense(report)
-            next_report, last = done + 1 + max(MIN_REPORT_STEPS, int(proposal)), (done + 1, now)
-            stats["last_loss"] = loss_sum / max(pair_sum, 1)
+            # This report's sums start; the previous report's arrive, and are shown as of its own step.
+            figures = (done + 1, epoch + 1, now - start, alpha, stats["exchange_seconds"], exchange.bytes_sent)
+            arrived = reports.send(report, figures, last=done + 1 == total_steps)
             report[:] = 0
-            if progress:
-                progress.report(done + 1, first, total_steps, epoch + 1, cfg.epochs, vocab.raw_words * cfg.epochs,
-                                now - start, loss_sum / max(pair_sum, 1), alpha, stats["exchange_seconds"],
-                                exchange.bytes_sent)
+            for sums, (at, in_epoch, seconds, at_alpha, exchange_seconds, bytes_sent) in arrived:
+                stats["last_loss"] = sums[0] / max(sums[1], 1)
+                if progress:
+                    progress.report(at, first, total_steps, in_epoch, cfg.epochs, vocab.raw_words * cfg.epochs,
+                                    seconds, stats["last_loss"], at_alpha, exchange_seconds, bytes_sent)
+            steps_on = max(MIN_REPORT_STEPS, int(arrived[0][0][2])) if arrived else FIRST_REPORT
+            next_report, last = done + 1 + steps_on, (done + 1, now)
         if saver is not None and done + 1 < total_steps:
             saver.step_done(done + 1, model, hot)  # collective every few steps: may checkpoint or stop
     hot.write_back()
@@ -151,6 +155,36 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
     return model, stats
+
+
+class Reports:
+    """The loss reports' sums over ranks, one report behind: each report's Horovod allreduce runs in a helper
+    thread, which waits for Horovod's next cycle while the ranks train on, and the next report collects it.
+    Collective: every rank sends at the same steps.
+    """
+
+    def __init__(self, comm):
+        self.comm, self.sent, self.pending = comm, 0, None
+        self.helper = ThreadPoolExecutor(max_workers=1)
+
+    def send(self, values, figures, last=False):
+        """Start summing ``values`` (a float array), kept with ``figures`` (anything). Returns the reports
+        whose sums are in, as ``[(sums, figures)]``: the previous one (none at the first); with ``last``, this
+        one too, waited for."""
+        arrived = [self._wait()] if self.pending else []
+        self.sent += 1
+        # Named: the hot rows' allreduce may run on the main thread meanwhile, and names must match by rank.
+        future = self.helper.submit(self.comm.allreduce_dense, values.copy(), name=f"report.{self.sent}")
+        self.pending = (future, figures)
+        if last:
+            arrived.append(self._wait())
+            self.helper.shutdown()
+        return arrived
+
+    def _wait(self):
+        future, figures = self.pending
+        self.pending = None
+        return future.result(), figures
 
 
 class Ahead:

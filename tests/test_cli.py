@@ -155,7 +155,7 @@ def test_encode_with_a_config_file_writes_the_vocabulary_and_ids(corpus, tmp_pat
 # -- a run with checkpoints: info, export, queries on it -----------------------------------------------------
 
 RUN_OPTIONS = ["--epochs", "2", "--batch-words", "1024", "--dim", "16", "--quiet", "--show", "", "--format",
-               "binary", "--checkpoint-every", "0.0001",  # a checkpoint every 5 steps (checkpoint.POLL_STEPS)
+               "binary", "--checkpoint-every", "1e-9",  # a checkpoint every 5 steps (checkpoint.POLL_STEPS)
                "--no-final-checkpoint"]  # so the newest is of an earlier step than the finished vectors
 STEPS = 78  # 39,699 positions / 1,024, times 2 epochs
 
