@@ -1,11 +1,13 @@
 """The step loop: each global step covers ``batch_words`` corpus positions, shared out over the ranks.
 
 Per step, on every rank (all collective, in this order):
-  build the examples of my slice of the step (batches) -> unique rows I need -> route keys to owners ->
-  owners gather rows -> updates in TensorFlow (sgns) -> scatter updates to owners, who add them ->
-  hot-row updates summed over ranks by Horovod allreduce and added to every replica.
-All updates of a step are computed from the state at its start, so the result is the same on any rank count
-up to the order of float32 sums. The learning rate decays linearly with the global position.
+  owners gather the rows I asked for -> updates in TensorFlow (sgns) -> scatter updates to owners, who add
+  them -> hot-row updates summed over ranks by Horovod allreduce and added to every replica.
+The examples of my slice of a step (batches) and the unique rows they need (StepPlan) depend on corpus
+positions alone, so they are built ahead (Ahead), and the keys a step asks for travel with the step before's
+gather and scatter (exchange). All updates of a step are computed from the state at its start, so the result
+is the same on any rank count up to the order of float32 sums. The learning rate decays linearly with the
+global position.
 """
 import collections
 import math
@@ -245,9 +247,10 @@ class StepPlan:
     """One step's examples on this rank, indexed into a table of the unique rows they touch.
 
     ``keys`` (int64[U], ``2 * id + matrix``) are grouped by owner in rank order (in any order within an
-    owner: no sum depends on it), the hot rows (served by the local replicas) last; ``ctx`` and ``tgt`` index a table of ``table`` rows, the U rows then zeros (``table - 1`` in
-    ``ctx``: no context word), in groups by context width (sgns.step_function); ``sgd`` counts the
-    word2vec.c SGD updates each row sums. A function of the examples alone, so it can be built ahead.
+    owner: no sum depends on it), the hot rows (served by the local replicas) last; ``ctx`` and ``tgt`` index
+    a table of ``table`` rows, the U rows then zeros (``table - 1`` in ``ctx``: no context word), in groups by
+    context width (sgns.step_function); ``sgd`` counts the word2vec.c SGD updates each row sums. A function
+    of the examples alone, so it can be built ahead.
     """
 
     keys: np.ndarray  # int64[U]
@@ -273,8 +276,8 @@ class StepPlan:
             keys, owned, ctx, tgt, sgd = native.step_plan(
                 lib, batch.centres, batch.contexts, batch.negatives, plan.ranks, n_hot, sg, ROW_BUCKET,
                 _round_up(len(batch), CENTRE_BUCKET))
-            return cls(keys, owned[:-1], len(keys) - owned[-1], _round_up(len(keys) + 1, ROW_BUCKET), [ctx], [tgt],
-                       sgd)
+            table = _round_up(len(keys) + 1, ROW_BUCKET)
+            return cls(keys, owned[:-1], len(keys) - owned[-1], table, [ctx], [tgt], sgd)
         valid = batch.contexts >= 0
         n_ctx = int(valid.sum())
         targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
