@@ -92,13 +92,12 @@ def _vocabulary(args, check=None):
 
     ``check(comm, cfg, voc, paths)``, when given, runs once the vocabulary is known and before anything is
     written to the output folder: it may raise UserError on every rank (the memory plan does)."""
-    from . import comm as comm_mod
     from . import export, vocab
     from .comm import log
     from .shard import RowPlan
 
     cfg = config_from(args)
-    comm = comm_mod.init(args.threads, comm_mod.HOT_ROWS_CYCLE_MS if cfg.hot_rows else comm_mod.HOROVOD_CYCLE_MS)
+    comm = _start(args)
     say = lambda m: log(comm, m)  # noqa: E731
     _writable_folder(comm, args.out)
     if not args.corpus:
@@ -184,17 +183,25 @@ def cmd_train(args):
     return 0
 
 
+def _start(args):
+    """MPI and Horovod for the commands that read a corpus (the first call starts them): ``--threads`` compute
+    threads per rank, and Horovod's cycle, short with --hot-rows, whose allreduce every step waits for it."""
+    from . import comm as comm_mod
+
+    hot = getattr(args, "hot_rows", 0)
+    return comm_mod.init(args.threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS)
+
+
 def _saver(args):
     """Start the ranks and catch SIGTERM/SIGUSR1 from here on (a signal during the vocabulary or encoding is
     acted on at training's first agreed step boundary). Returns the checkpoint.Saver of OUT/checkpoints."""
     from . import checkpoint
-    from . import comm as comm_mod
     from .comm import log
 
     if args.checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be 0 (only on a signal) or more minutes, got {args.checkpoint_every}")
     early = checkpoint.EarlySignals()
-    comm = comm_mod.init(args.threads)
+    comm = _start(args)
     saver = checkpoint.Saver(comm, os.path.join(args.out, "checkpoints"), args.checkpoint_every,
                              lambda m: log(comm, m))
     saver.install(early)

@@ -28,20 +28,18 @@ class Comm:
         self._calls = 0
 
     # -- dense, replicated tensors: Horovod ----------------------------------------------------------
-    def allreduce_dense(self, array, average=False, name=None):
-        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. ``name``
-        (optional) must be unique and the same on every rank; calls from more than one thread need one, as
-        the default counts calls in this process."""
+    def allreduce_dense(self, array, average=False):
+        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. Not from two
+        threads at once (train.Reports says why)."""
         import tensorflow as tf
 
         if self.size == 1:
             return np.array(array)  # the sum over one rank; spares Horovod's ~1 ms a call
 
-        if name is None:
-            self._calls += 1
-            name = f"dense.{self._calls}"
+        self._calls += 1
         op = self.hvd.Average if average else self.hvd.Sum
-        return self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=name).numpy()
+        out = self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=f"dense.{self._calls}")
+        return out.numpy()
 
     def broadcast_dense(self, array, root=0):
         """Rank ``root``'s array on every rank, via Horovod (same shape and dtype on all ranks)."""

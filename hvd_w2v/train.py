@@ -12,7 +12,7 @@ global position.
 import collections
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +126,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
         progress = Progress.of(comm, progress)
     start = time.monotonic()
-    reports = Reports(comm)
+    reports = Reports(comm, in_background=not hot.n)
     ahead = Ahead(prepare, first, total_steps, AHEAD_STEPS)
     route = exchange.route(ahead.peek().ask) if first < total_steps else None
     for done in range(first, total_steps):
@@ -163,24 +163,32 @@ class Reports:
     """The loss reports' sums over ranks, one report behind: each report's Horovod allreduce runs in a helper
     thread, which waits for Horovod's next cycle while the ranks train on, and the next report collects it.
     Collective: every rank sends at the same steps.
+
+    ``in_background=False`` runs each allreduce at once, in the caller's thread (the same reports, at the same
+    steps): Horovod's TensorFlow op must not run in two threads at once (its eager kernel keeps the name of
+    its first call, and two calls in flight under one name fail), so with --hot-rows, whose allreduce runs on
+    the main thread every step, the reports stay there too.
     """
 
-    def __init__(self, comm):
-        self.comm, self.sent, self.pending = comm, 0, None
-        self.helper = ThreadPoolExecutor(max_workers=1)
+    def __init__(self, comm, in_background=True):
+        self.comm, self.pending = comm, None
+        self.helper = ThreadPoolExecutor(max_workers=1) if in_background else None
 
     def send(self, values, figures, last=False):
         """Start summing ``values`` (a float array), kept with ``figures`` (anything). Returns the reports
         whose sums are in, as ``[(sums, figures)]``: the previous one (none at the first); with ``last``, this
         one too, waited for."""
         arrived = [self._wait()] if self.pending else []
-        self.sent += 1
-        # Named: the hot rows' allreduce may run on the main thread meanwhile, and names must match by rank.
-        future = self.helper.submit(self.comm.allreduce_dense, values.copy(), name=f"report.{self.sent}")
+        if self.helper is None:
+            future = Future()
+            future.set_result(self.comm.allreduce_dense(values))
+        else:
+            future = self.helper.submit(self.comm.allreduce_dense, values.copy())
         self.pending = (future, figures)
         if last:
             arrived.append(self._wait())
-            self.helper.shutdown()
+            if self.helper is not None:
+                self.helper.shutdown()
         return arrived
 
     def _wait(self):
