@@ -30,9 +30,8 @@ inline double uniform(uint64_t key, int64_t counter, int64_t k) {
   return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Keys seen in a step, each numbered by first sight: open addressing over a power-of-two table kept at most
-// half full, the key and its number side by side. Sized for the unique keys rather than the occurrences
-// (a few times fewer), so that the table stays in cache.
+// Keys seen in a step, each numbered by first sight: open addressing over a power-of-two table, the key and
+// its number side by side, doubled whenever it passes half full.
 class KeyNumbers {
  public:
   explicit KeyNumbers(int64_t expected) { resize(std::max<int64_t>(16, 2 * expected)); }

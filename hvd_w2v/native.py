@@ -66,9 +66,10 @@ def warn(what, error, fallback):
 _LIBS = {}  # name: the loaded ctypes library, or the reason it is not available (a str)
 
 
-def _library(name, functions, what, extra_flags=()):
+def _library(name, functions, what, restype=None, extra_flags=()):
     """The ctypes library of ``name``.cc, built on first use, with ``functions`` ({name: argtypes}, each
-    returning int64) declared; None where it cannot be built (one warning) or $HVD_W2V_KERNEL asks for numpy."""
+    returning ``restype``) declared; None where it cannot be built (one warning) or $HVD_W2V_KERNEL asks for
+    numpy."""
     if name not in _LIBS:
         if not wanted():
             _LIBS[name] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
@@ -77,7 +78,7 @@ def _library(name, functions, what, extra_flags=()):
             lib = ctypes.CDLL(build(name, extra_flags))
             for function, argtypes in functions.items():
                 getattr(lib, function).argtypes = argtypes
-                getattr(lib, function).restype = ctypes.c_int64
+                getattr(lib, function).restype = restype
             _LIBS[name] = lib
         except (OSError, AttributeError, StopIteration) as e:
             _LIBS[name] = str(e)
@@ -140,7 +141,7 @@ def example_builder():
     return _library("batches_kernel", {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64,
                                                          I64, P, P, P, P, P, I64, P, P, P],
                                        "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5},
-                    "the compiled example builder", ["-ffp-contract=off"])
+                    "the compiled example builder", I64, ["-ffp-contract=off"])
 
 
 def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs):
