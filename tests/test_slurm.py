@@ -26,9 +26,10 @@ from slurm_cluster import SlurmCluster, unavailable
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 TEMPLATE = ROOT / "slurm" / "single-node.sbatch"
-# Tiny: 100,000 tokens, 1,875 words of 16 dimensions, 104 global steps over 2 epochs. Training lasts seconds,
-# long enough for a signal sent when training starts to land well before the end (acted on within 5 steps).
-OPTIONS = ["--epochs", "2", "--dim", "16", "--show", "", "--quiet", "--checkpoint-every", "0"]
+# Tiny: 100,000 tokens, 1,875 words of 16 dimensions, 1,040 global steps over 20 epochs. Training lasts seconds
+# (2 epochs took 0.5 s at 3da25f6, too short for the signal below to land), long enough for a signal sent when
+# training starts to land well before the end (acted on within 5 steps).
+OPTIONS = ["--epochs", "20", "--dim", "16", "--show", "", "--quiet", "--checkpoint-every", "0"]
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
          "PREEMPTED"}
 JOB_TIMEOUT = 150  # s, one job from submission to its end, a requeue included
