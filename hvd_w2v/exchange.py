@@ -66,12 +66,12 @@ class Exchange:
         route.keys in order). ``announce`` is the next step's Ask (None: no next step); returns how many keys
         each rank will ask of this one in it (int64[P])."""
         local = route.local
+        counts = announce.counts if announce else self._none
         if self.comm.size == 1:
             native.take_rows(self.table, local, out)  # asked of oneself: straight into ``out``
-            return announce.counts if announce else self._none
+            return counts
         rows = np.empty((len(local), self.table.shape[1]), np.float32)
         native.take_rows(self.table, local, rows)
-        counts = announce.counts if announce else self._none
         _, asked_next = self.comm.alltoallv_many(
             [(rows, route.asked_counts, route.counts, out), (counts, self._ones, self._ones, None)], idle)
         self._count(rows, route.asked_counts)

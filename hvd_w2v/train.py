@@ -85,7 +85,7 @@ class ShardedModel:
 def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective.
 
-    ``resume`` (a checkpoint.Loaded: ``step``, this rank's ``w_in``/``w_out``) starts after that many global
+    ``resume`` (a checkpoint.Loaded: ``step``, this rank's interleaved ``rows``) starts after that many global
     steps from those rows instead of from scratch. ``saver`` (a checkpoint.Saver), when given, is told of
     every finished step but the last and may write a checkpoint, or raise checkpoint.Interrupted.
     """
@@ -126,7 +126,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
         progress = Progress.of(comm, progress)
     start = time.monotonic()
-    reports = Reports(comm, in_background=not hot.n)
+    reports = Reports(comm, in_background=comm.size > 1 and not hot.n)  # one rank's sum needs no helper
     ahead = Ahead(prepare, first, total_steps, AHEAD_STEPS)
     route = exchange.route(ahead.peek().ask) if first < total_steps else None
     for done in range(first, total_steps):
