@@ -11,10 +11,31 @@ Every method here is collective: all ranks must call it, in the same order, with
 """
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import UserError
+
+
+@dataclass
+class Part:
+    """One alltoallv of :meth:`Comm.alltoallv_many`.
+
+    ``send`` holds the rows for rank 0, then rank 1, ... (any dtype, shape ``[n, *row]``), ``counts[d]`` rows
+    for rank ``d``; ``recv_counts[s]`` rows arrive from rank ``s``, in the order it listed them, into ``out``
+    (a C-contiguous array of the right shape and dtype) or a new array. ``own=False``: the block this rank
+    sends itself is not moved, and its place in the received array is left as it was; the caller uses it
+    where it is. Open MPI's copy of it is slow: 2 ranks exchanging 1,600 rows of 100 float32 with each rank
+    (about a step's) took 0.19 ms with the own blocks moved, 0.08 ms without (`mpi/launch -n 2 python -m
+    hvd_w2v.bench.collectives`).
+    """
+
+    send: np.ndarray
+    counts: np.ndarray
+    recv_counts: np.ndarray
+    out: np.ndarray = None
+    own: bool = True
 
 
 class Comm:
@@ -72,8 +93,7 @@ class Comm:
         return recv, recv_counts
 
     def alltoallv_many(self, parts, idle=None):
-        """Several alltoallv at once: ``parts`` lists ``(send, counts, recv_counts, out)`` as :meth:`alltoallv`
-        takes them (``recv_counts`` known, ``out`` may be None); returns the received arrays in that order.
+        """Several alltoallv at once: ``parts`` lists :class:`Part`; returns the received arrays in that order.
 
         They travel together, so the ranks wait for each other once rather than once per exchange. While
         they are in flight this rank calls ``idle()``, work that does not depend on them, until it returns
@@ -82,19 +102,27 @@ class Comm:
         """
         from mpi4py import MPI
 
-        if self.size == 1:
-            return [self.alltoallv(send, counts, out=out)[0] for send, counts, _, out in parts]
-        keep, requests = [], []  # the buffers must outlive their requests
-        for send, counts, recv_counts, out in parts:
-            send = np.ascontiguousarray(send)
-            recv = _receiver(send, recv_counts, out)
-            requests.append(self.mpi.Ialltoallv(_spec(send, counts), _spec(recv, recv_counts)))
-            keep.append((send, recv))
-        while not MPI.Request.Testall(requests):
+        sent, received, requests = [], [], []  # the buffers must outlive their requests
+        for part in parts:
+            send = np.ascontiguousarray(part.send)
+            if self.size == 1 and part.own and part.out is None:  # to oneself: nothing to move
+                received.append(send)
+                continue
+            recv = _receiver(send, part.recv_counts, part.out)
+            sent.append(send)
+            received.append(recv)
+            if self.size == 1:
+                if part.own:
+                    recv[...] = send
+            else:
+                own = None if part.own else self.rank
+                requests.append(self.mpi.Ialltoallv(_spec(send, part.counts, own),
+                                                    _spec(recv, part.recv_counts, own)))
+        while requests and not MPI.Request.Testall(requests):
             if idle is None or not idle():
                 MPI.Request.Waitall(requests)
                 break
-        return [recv for _, recv in keep]
+        return received
 
     def alltoall_ints(self, values):
         """One int64 to each rank: ``values[d]`` goes to rank ``d``; returns what each rank sent here."""
@@ -136,14 +164,17 @@ def _receiver(send, recv_counts, out):
     return np.empty((int(np.sum(recv_counts)),) + send.shape[1:], dtype=send.dtype)
 
 
-def _spec(array, counts):
-    """mpi4py's ``[buffer, (counts, displacements), type]`` for rows of ``array``, ``counts[r]`` for rank r."""
+def _spec(array, counts, skip=None):
+    """mpi4py's ``[buffer, (counts, displacements), type]`` for rows of ``array``, ``counts[r]`` for rank r;
+    rank ``skip``'s block keeps its place but moves nothing."""
     from mpi4py import MPI
 
     row = array[0].size if len(array) else int(np.prod(array.shape[1:], dtype=np.int64))
     counts = np.asarray(counts, dtype=np.int64) * row
     displs = np.zeros_like(counts)
     np.cumsum(counts[:-1], out=displs[1:])
+    if skip is not None:
+        counts[skip] = 0
     return [array, (counts, displs), MPI._typedict[array.dtype.char]]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import native
+from .comm import Part
 
 
 @dataclass
@@ -35,6 +36,8 @@ class Route:
     local: np.ndarray  # int64[m]: rows of this rank's table other ranks asked for (RowPlan.local_key), by source
     asked_counts: np.ndarray  # int64[P]: how many each source asked
     asked_sgd: np.ndarray  # float32[m]: how many SGD updates each source's update of each asked key will sum
+    own: slice  # where this rank's keys of itself are in ``keys``
+    own_asked: slice  # ... and in ``local``: the same keys, in the same order
 
 
 class Exchange:
@@ -65,15 +68,17 @@ class Exchange:
         """Stage 2: owners send back the asked rows, received into ``out`` (float32[n, d], the rows of
         route.keys in order). ``announce`` is the next step's Ask (None: no next step); returns how many keys
         each rank will ask of this one in it (int64[P])."""
-        local = route.local
+        local, own, own_asked = route.local, route.own, route.own_asked
         counts = announce.counts if announce else self._none
+        native.take_rows(self.table, local[own_asked], out[own])  # rows of itself: straight into ``out``
         if self.comm.size == 1:
-            native.take_rows(self.table, local, out)  # asked of oneself: straight into ``out``
             return counts
-        rows = np.empty((len(local), self.table.shape[1]), np.float32)
-        native.take_rows(self.table, local, rows)
+        rows = np.empty((len(local), self.table.shape[1]), np.float32)  # its own block stays unused
+        for others in (slice(0, own_asked.start), slice(own_asked.stop, len(local))):
+            native.take_rows(self.table, local[others], rows[others])
         _, asked_next = self.comm.alltoallv_many(
-            [(rows, route.asked_counts, route.counts, out), (counts, self._ones, self._ones, None)], idle)
+            [Part(rows, route.asked_counts, route.counts, out, own=False), Part(counts, self._ones, self._ones)],
+            idle)
         self._count(rows, route.asked_counts)
         return asked_next
 
@@ -85,21 +90,22 @@ class Exchange:
         each row's SGD-update count summed over all sources (a source's keys are unique, two sources' may not
         be).
         """
-        parts = [(updates, route.counts, route.asked_counts, None)]
+        parts = [Part(updates, route.counts, route.asked_counts, own=False)]
         if ask is not None:
             parts.append(self._keys(ask, asked_counts))
         received = self.comm.alltoallv_many(parts, idle)
         self._count(updates, route.counts)
         got, local = received[0], route.local
         if self.comm.size == 1:
-            apply(self.table, local, got, route.asked_sgd)  # one source: its keys are unique already
+            apply(self.table, local, updates, route.asked_sgd)  # one source: its keys are unique already
         else:
             ends = np.cumsum(route.asked_counts)
             for lo, hi in zip(ends - route.asked_counts, ends):
                 self.sgd[local[lo:hi]] += route.asked_sgd[lo:hi]
             total = self.sgd[local]
-            for lo, hi in zip(ends - route.asked_counts, ends):
-                apply(self.table, local[lo:hi], got[lo:hi], total[lo:hi])
+            for source, (lo, hi) in enumerate(zip(ends - route.asked_counts, ends)):
+                block = updates[route.own] if source == self.comm.rank else got[lo:hi]  # its own: where it is
+                apply(self.table, local[lo:hi], block, total[lo:hi])
             self.sgd[local] = 0
         return None if ask is None else self._routed(ask, received[1], asked_counts)
 
@@ -107,11 +113,14 @@ class Exchange:
         """The alltoallv part that sends ``ask``'s keys with their SGD counts."""
         sent = np.stack((ask.keys, ask.sgd.astype(np.int64)), axis=1)
         self._count(sent, ask.counts)
-        return sent, ask.counts, asked_counts, None
+        return Part(sent, ask.counts, asked_counts)
 
     def _routed(self, ask, asked, asked_counts):
         local = self.plan.local_key(np.ascontiguousarray(asked[:, 0]))  # once, for the gather and the scatter
-        return Route(ask.keys, ask.counts, local, asked_counts, asked[:, 1].astype(np.float32))
+        rank = self.comm.rank
+        own = slice(int(ask.counts[:rank].sum()), int(ask.counts[:rank + 1].sum()))
+        own_asked = slice(int(asked_counts[:rank].sum()), int(asked_counts[:rank + 1].sum()))
+        return Route(ask.keys, ask.counts, local, asked_counts, asked[:, 1].astype(np.float32), own, own_asked)
 
     def _count(self, sent, counts):
         """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""

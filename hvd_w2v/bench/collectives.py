@@ -6,6 +6,9 @@ For each payload (rows per destination x row width), both libraries move the sam
 figure is the median of ``--repeats`` timed calls after warm-up, and the ratio is Horovod / mpi4py.
 Rows per destination vary from call to call (as the unique rows of a step do), which makes Horovod
 negotiate each call; ``--fixed`` keeps them constant to show the cost without that.
+
+A second table shows what a rank's block to itself costs inside Open MPI's alltoallv (Comm.alltoallv_many,
+Part.own): moved like the others', or left where it is, as the exchange does.
 """
 import argparse
 import time
@@ -33,7 +36,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     import tensorflow as tf
 
-    c = comm_mod.init()
+    c = comm_mod.init(cycle_ms=1)  # Horovod's own default: its cost per call, not hvd-w2v's cycle
     rs = np.random.RandomState(c.rank)
     if c.rank == 0:
         print(f"{c.size} ranks, median of {args.repeats} calls, rows per destination "
@@ -54,6 +57,22 @@ def main(argv=None):
         if c.rank == 0:
             label = f"{rows:,} x {width} {np.dtype(dtype).name}"
             print(f"{label:>24} {mpi_s * 1e3:10.3f} {hvd_s * 1e3:11.3f} {hvd_s / mpi_s:15.1f}")
+    own_block(c, args.repeats, rs)
+
+
+def own_block(c, repeats, rs):
+    """Rows of a step's size to every rank, this rank's own block moved by MPI or left where it is (the
+    exchange uses it in place: Part.own)."""
+    if c.rank == 0:
+        print(f"\n{'rows per rank':>24} {'own moved ms':>13} {'own left ms':>12} {'moved/left':>11}")
+    for rows in (1000, 1600, 4000):
+        counts = np.full(c.size, rows, np.int64)
+        block = rs.rand(rows * c.size, 100).astype(np.float32)
+        out = np.empty_like(block)
+        moved, left = (timed(lambda i: c.alltoallv_many([comm_mod.Part(block, counts, counts, out, own=own)]),
+                             repeats, c) for own in (True, False))
+        if c.rank == 0:
+            print(f"{f'{rows:,} x 100 float32':>24} {moved * 1e3:13.3f} {left * 1e3:12.3f} {moved / left:11.2f}")
 
 
 if __name__ == "__main__":
