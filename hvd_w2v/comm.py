@@ -1,11 +1,12 @@
 """Every collective call in hvd-w2v goes through here (mpi4py for the sparse exchange, Horovod for dense).
 
 Who uses what, and why:
-- Horovod (TensorFlow ops) keeps the *dense, replicated* tensors equal: hot-row gradients, loss and counters
-  (`allreduce_dense`, `broadcast_dense`). Horovod pays ~1 ms a call and wins on large tensors.
+- Horovod (TensorFlow ops) keeps the *dense, replicated* tensors equal: the hot rows' replicas and their
+  updates (`allreduce_dense`, `broadcast_dense`). Horovod pays ~1 ms a call and wins on large tensors.
 - mpi4py moves the *sparse, per-destination* traffic: ids, rows and gradients (`alltoallv`), and small
-  bookkeeping (`allgather`, `agree`). Its Alltoallv costs ~0.1 ms a call against Horovod's ~1.3 ms, because
-  Horovod negotiates every call whose shape changes (figures: `python -m hvd_w2v.bench.collectives`).
+  bookkeeping (`allgather`, `agree`, and the loss reports' sums, `allreduce_later`, which must not wait for
+  Horovod's cycle). Its Alltoallv costs ~0.1 ms a call against Horovod's ~1.3 ms, because Horovod
+  negotiates every call whose shape changes (figures: `python -m hvd_w2v.bench.collectives`).
 
 Every method here is collective: all ranks must call it, in the same order, with compatible arguments.
 """
@@ -50,8 +51,8 @@ class Comm:
 
     # -- dense, replicated tensors: Horovod ----------------------------------------------------------
     def allreduce_dense(self, array, average=False):
-        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. Not from two
-        threads at once (train.Reports says why)."""
+        """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. Waits for
+        Horovod's next cycle (HOROVOD_CYCLE_MS)."""
         import tensorflow as tf
 
         if self.size == 1:
@@ -134,6 +135,21 @@ class Comm:
         """A small picklable value from every rank, as a list in rank order."""
         return self.mpi.allgather(obj)
 
+    def allreduce_later(self, array):
+        """Start summing a small float array over ranks (MPI Iallreduce) and return at once a function that
+        waits for the sum (float64) and returns it. Training goes on meanwhile: the sum travels with the
+        MPI calls of the steps after it."""
+        from mpi4py import MPI
+
+        send = np.array(array, np.float64)
+        out = np.empty_like(send)
+        request = self.mpi.Iallreduce(send, out, op=MPI.SUM)
+
+        def wait(buffers=(send, out)):  # holds both buffers until the sum is in
+            request.Wait()
+            return buffers[1]
+        return wait
+
     def allreduce(self, value, op="sum"):
         """A small scalar reduced over ranks (``op`` is "sum", "max" or "min")."""
         from mpi4py import MPI
@@ -183,8 +199,8 @@ _COMM = None
 # a collective among the ranks' background threads: with one core per rank it takes the core from the step,
 # and the thread that wakes first spins until the other's wakes. 2 ranks trained 2.6x faster at 250 ms than at
 # Horovod's 1 ms, and 1.14x faster than at 50 ms (README, "Throughput", the settings table). hvd-w2v calls
-# Horovod a few times a run and for the loss reports, which do not wait for the result (train.Reports); a
-# Horovod call waits up to a cycle, so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
+# Horovod a few times a run (the loss reports are MPI's: train.Reports); a Horovod call waits up to a cycle,
+# so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
 HOROVOD_CYCLE_MS = 250
 HOT_ROWS_CYCLE_MS = 50
 

@@ -84,21 +84,23 @@ def step_function(sg, groups, fused=None):
     the step touches, then the zero row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays
     ([n_g, w_g] context rows, ``U`` where none; [n_g, 1 + negative] the centre's row then its noise words'),
     ``alpha`` the step's learning rate. ``updates`` float32[U, d] is every row's summed update (the zero
-    row's dropped), ``loss`` the summed loss, ``count`` the pairs (skip-gram) or centres (CBOW) trained.
+    row's dropped), a read-only numpy array on TensorFlow's memory; ``loss`` the summed loss and ``count`` the
+    pairs (skip-gram) or centres (CBOW) trained, scalar tensors.
 
     Two implementations of the same sums: the fused op of sgns_kernel.cc (``fused`` True; the default when it
     builds here, see :func:`fused_op`) and the TensorFlow graph below (``fused`` False; the reference the op
     is tested against). The graph is traced once for every shape and called through its concrete function,
-    which skips tf.function's argument binding at every call. Either way ``rows`` (megabytes) is handed to
-    TensorFlow without a copy.
+    which skips tf.function's argument binding at every call. Either way ``rows`` and ``updates`` (megabytes)
+    cross between numpy and TensorFlow without a copy.
     """
     op = fused_op() if fused is None or fused else None
     if fused and op is None:
         raise RuntimeError(f"the fused step op is not available: {_FUSED['error']}")
     if op is not None:
         def run(rows, ctxs, tgts, alpha):
-            return op(rows=_shared(rows), ctxs=[tf.constant(c) for c in ctxs], tgts=[tf.constant(t) for t in tgts],
-                      alpha=tf.constant(alpha, tf.float32), sg=sg)
+            updates, loss, count = op(rows=_shared(rows), ctxs=[tf.constant(c) for c in ctxs],
+                                      tgts=[tf.constant(t) for t in tgts], alpha=tf.constant(alpha, tf.float32), sg=sg)
+            return _viewed(updates), loss, count
 
         run.fused, run.empty_rows, run.groups = True, empty_rows, 1
         return run
@@ -122,8 +124,9 @@ def step_function(sg, groups, fused=None):
     concrete = step.get_concrete_function()
 
     def run(rows, ctxs, tgts, alpha):
-        return concrete(_shared(rows), [tf.constant(c) for c in ctxs], [tf.constant(t) for t in tgts],
-                        tf.constant(alpha, tf.float32))
+        updates, loss, count = concrete(_shared(rows), [tf.constant(c) for c in ctxs],
+                                        [tf.constant(t) for t in tgts], tf.constant(alpha, tf.float32))
+        return _viewed(updates), loss, count
 
     run.fused, run.empty_rows, run.groups = False, empty_rows, groups
     run.traced = step  # for tests: its tracing count must stay 1
@@ -160,6 +163,25 @@ def empty_rows(rows, dim):
     raw = np.empty(rows * dim * 4 + ALIGN, np.uint8)
     skip = -raw.ctypes.data % ALIGN
     return raw[skip:skip + rows * dim * 4].view(np.float32).reshape(rows, dim)
+
+
+class _Exported:
+    """A tensor as numpy's from_dlpack takes it (TensorFlow's tensors lack ``__dlpack__``)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, stream=None):
+        return tf.experimental.dlpack.to_dlpack(self.tensor)
+
+    def __dlpack_device__(self):
+        return 1, 0  # DLPack's kDLCPU, device 0
+
+
+def _viewed(tensor):
+    """A CPU tensor as a read-only numpy array on the same memory, which it keeps alive (Tensor.numpy()
+    copies it)."""
+    return np.from_dlpack(_Exported(tensor))
 
 
 def _shared(array):

@@ -12,7 +12,6 @@ global position.
 import collections
 import math
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,9 +23,8 @@ from .memory import AHEAD_STEPS
 from .shard import RowPlan
 
 INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial: 32 MiB of temporaries
-# Loss and counters are summed over ranks by a Horovod allreduce (Reports), which waits for Horovod's next
-# cycle (comm.HOROVOD_CYCLE_MS). A collective must fall on the same step on every rank, so the pace is set in
-# steps: the first two reports after FIRST_REPORT steps each, each next one after as many steps as rank 0
+# Loss and counters are summed over ranks at reports (Reports). A collective must fall on the same step on
+# every rank, so the pace is set in steps: the first two reports after FIRST_REPORT steps each, each next one after as many steps as rank 0
 # expected to take REPORT_SECONDS at the report before (its proposal travels in the report), at least
 # MIN_REPORT_STEPS.
 FIRST_REPORT = 200
@@ -126,7 +124,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
         progress = Progress.of(comm, progress)
     start = time.monotonic()
-    reports = Reports(comm, in_background=comm.size > 1 and not hot.n)  # one rank's sum needs no helper
+    reports = Reports(comm)
     ahead = Ahead(prepare, first, total_steps, AHEAD_STEPS)
     route = exchange.route(ahead.peek().ask) if first < total_steps else None
     for done in range(first, total_steps):
@@ -160,41 +158,26 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
 
 class Reports:
-    """The loss reports' sums over ranks, one report behind: each report's Horovod allreduce runs in a helper
-    thread, which waits for Horovod's next cycle while the ranks train on, and the next report collects it.
-    Collective: every rank sends at the same steps.
+    """The loss reports' sums over ranks, one report behind: each report's sum is a non-blocking MPI
+    allreduce (Comm.allreduce_later) that travels while the ranks train on, and the next report collects it,
+    so no step waits for it. Collective: every rank sends at the same steps."""
 
-    ``in_background=False`` runs each allreduce at once, in the caller's thread (the same reports, at the same
-    steps): Horovod's TensorFlow op must not run in two threads at once (its eager kernel keeps the name of
-    its first call, and two calls in flight under one name fail), so with --hot-rows, whose allreduce runs on
-    the main thread every step, the reports stay there too.
-    """
-
-    def __init__(self, comm, in_background=True):
+    def __init__(self, comm):
         self.comm, self.pending = comm, None
-        self.helper = ThreadPoolExecutor(max_workers=1) if in_background else None
 
     def send(self, values, figures, last=False):
         """Start summing ``values`` (a float array), kept with ``figures`` (anything). Returns the reports
         whose sums are in, as ``[(sums, figures)]``: the previous one (none at the first); with ``last``, this
         one too, waited for."""
         arrived = [self._wait()] if self.pending else []
-        if self.helper is None:
-            future = Future()
-            future.set_result(self.comm.allreduce_dense(values))
-        else:
-            future = self.helper.submit(self.comm.allreduce_dense, values.copy())
-        self.pending = (future, figures)
+        self.pending = (self.comm.allreduce_later(values), figures)
         if last:
             arrived.append(self._wait())
-            if self.helper is not None:
-                self.helper.shutdown()
         return arrived
 
     def _wait(self):
-        future, figures = self.pending
-        self.pending = None
-        return future.result(), figures
+        (sums, figures), self.pending = self.pending, None
+        return sums(), figures
 
 
 class Ahead:
@@ -352,7 +335,6 @@ def _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply):
     t1 = time.monotonic()
 
     updates, loss, pairs = step_fn(rows, step.ctx, step.tgt, np.float32(alpha))
-    updates = updates.numpy()
 
     t2 = time.monotonic()
     route = exchange.scatter(route, updates[:cold], apply, ask, asked_next, ahead.fill)

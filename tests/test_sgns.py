@@ -62,7 +62,7 @@ def reference(table, ctx, tgt, alpha, sg):
 def test_updates_equal_word2vec_loops(sg, fused):
     table, ctx, tgt = example(0)
     updates, loss, pairs = one_group(sg, fused)(table, ctx, tgt, np.float32(0.025))
-    np.testing.assert_allclose(updates.numpy(), reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
+    np.testing.assert_allclose(updates, reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
     assert float(pairs) == ((ctx < len(table) - 1).sum() if sg else len(ctx))
     assert float(loss) > 0
 
@@ -102,7 +102,7 @@ def test_a_step_plan_equals_word2vec_loops(sg, fused, groups):
     ctx = np.where(contexts >= 0, slot(2 * contexts), none)
     tgt = slot(2 * np.concatenate((batch.centres[:, None], batch.negatives), axis=1) + 1)
     expected = reference(table, ctx, tgt, 0.025, sg)
-    np.testing.assert_allclose(updates.numpy(), expected[:len(updates)], atol=1e-6)
+    np.testing.assert_allclose(updates, expected[:len(updates)], atol=1e-6)
     _, ref_loss, ref_count = one_group(sg, False)(table, ctx.astype(np.int32), tgt.astype(np.int32),
                                                   np.float32(0.025))
     assert float(count) == float(ref_count) and float(loss) == pytest.approx(float(ref_loss), rel=1e-5)
@@ -121,6 +121,6 @@ def test_padding_changes_nothing(sg, fused):
     ptgt = np.vstack((tgt, np.full((9, tgt.shape[1]), last))).astype(np.int32)
     pu, pl, pc = fn(padded, pctx, ptgt, np.float32(0.025))
     # Equal up to float32 summation order (other shapes may block the matrix products differently).
-    np.testing.assert_allclose(pu.numpy()[:rows], updates.numpy(), rtol=1e-5, atol=1e-8)
-    assert not pu.numpy()[rows:].any()
+    np.testing.assert_allclose(pu[:rows], updates, rtol=1e-5, atol=1e-8)
+    assert not pu[rows:].any()
     assert float(pl) == pytest.approx(float(loss), rel=1e-6) and float(pc) == float(count)

@@ -28,7 +28,7 @@ def baseline():
 
     comm = comm_mod.init()
     rows, ctx, tgt = np.zeros((11, 8), np.float32), np.zeros((4, 10), np.int32), np.zeros((4, 6), np.int32)
-    sgns.step_function(True, 1)(rows, [ctx], [tgt], np.float32(0.01))[0].numpy()
+    sgns.step_function(True, 1)(rows, [ctx], [tgt], np.float32(0.01))[0]
     comm.allreduce_dense(np.ones(4, np.float32))
     comm.alltoallv(np.arange(comm.size, dtype=np.int64), np.ones(comm.size, np.int64))
     comm.barrier()
@@ -66,7 +66,7 @@ def step(n, d, unique):
     fn(rows[:5], [ctx[:2] % 4], [tgt[:2] % 4], np.float32(0.01))
     before = status("VmHWM")
     for _ in range(20):
-        fn(rows, [ctx], [tgt], np.float32(0.01))[0].numpy()
+        fn(rows, [ctx], [tgt], np.float32(0.01))[0]
     print(f"n={n} d={d} U={unique}: peak grew {status('VmHWM') - before} MiB; one [slots, d] block "
           f"{n * 16 * d * 4 / 2**20:.1f} MiB, one [U, d] block {unique * d * 4 / 2**20:.1f} MiB")
 
@@ -92,7 +92,7 @@ def shapes(calls):
             rows = (rs.rand(u, 100) * 0.01).astype(np.float32)
             ctx = [rs.randint(0, u, (k, 2 * (g + 1))).astype(np.int32) for g, k in enumerate(n)]
             tgt = [rs.randint(0, u - 1, (k, 6)).astype(np.int32) for k in n]
-            fn(rows, ctx, tgt, np.float32(0.01))[0].numpy()
+            fn(rows, ctx, tgt, np.float32(0.01))[0]
             if i == 9:
                 start = status("RssAnon")
         print(f"{'bucketed' if bucketed else 'raw'} shapes: RssAnon {start} MiB after 10 calls, "
