@@ -106,21 +106,22 @@ class Comm:
         """
         from mpi4py import MPI
 
-        received, requests = [], []  # the arrays must outlive their requests: ``parts`` and ``received``
+        sent, received, requests = [], [], []  # the arrays must outlive their requests
         for tag, part in enumerate(parts):
             send = np.ascontiguousarray(part.send)
             recv = _receiver(send, part.recv_counts, part.out)
+            sent.append(send)
             received.append(recv)
-            sent, got = _blocks(part.counts), _blocks(part.recv_counts)
+            to, at = _blocks(part.counts), _blocks(part.recv_counts)  # each peer's rows in send, in recv
             for peer in range(self.size):
                 if peer == self.rank:
                     if part.own:
-                        recv[got[peer]] = send[sent[peer]]
+                        recv[at[peer]] = send[to[peer]]
                     continue
-                if got[peer].stop > got[peer].start:
-                    requests.append(self.mpi.Irecv(recv[got[peer]], peer, tag))
-                if sent[peer].stop > sent[peer].start:
-                    requests.append(self.mpi.Isend(send[sent[peer]], peer, tag))
+                if at[peer].stop > at[peer].start:
+                    requests.append(self.mpi.Irecv(recv[at[peer]], peer, tag))
+                if to[peer].stop > to[peer].start:
+                    requests.append(self.mpi.Isend(send[to[peer]], peer, tag))
         while requests and not MPI.Request.Testall(requests):
             if idle is None or not idle():
                 MPI.Request.Waitall(requests)

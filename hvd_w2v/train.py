@@ -24,9 +24,9 @@ from .shard import RowPlan
 
 INIT_BLOCK_CELLS = 1 << 20  # matrix cells drawn at once by ShardedModel.initial: 32 MiB of temporaries
 # Loss and counters are summed over ranks at reports (Reports). A collective must fall on the same step on
-# every rank, so the pace is set in steps: the first two reports after FIRST_REPORT steps each, each next one after as many steps as rank 0
-# expected to take REPORT_SECONDS at the report before (its proposal travels in the report), at least
-# MIN_REPORT_STEPS.
+# every rank, so the pace is set in steps: the first two reports after FIRST_REPORT steps each, each next one
+# after as many steps as rank 0 expected to take REPORT_SECONDS at the report before (its proposal travels in
+# the report), at least MIN_REPORT_STEPS.
 FIRST_REPORT = 200
 REPORT_SECONDS = 2.0
 MIN_REPORT_STEPS = 50

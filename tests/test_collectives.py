@@ -14,3 +14,26 @@ def test_horovod_allreduce_and_mpi4py_alltoall(comm, nranks):
     # Rank r sends r*10 + dest to each dest and receives src*10 + r from each src.
     got = c.alltoall_ints(np.arange(nranks, dtype=np.int64) + c.rank * 10)
     np.testing.assert_array_equal(got, np.arange(nranks) * 10 + c.rank)
+
+
+@pytest.mark.mpi(1, 2, 3)
+def test_alltoallv_many_moves_every_block_and_leaves_the_own_one_when_asked(comm, nranks):
+    from hvd_w2v import comm as hcomm
+
+    c = hcomm.init()
+    # Rank r sends d + 1 rows to rank d, each row [r, d, i], and 2 ints to every rank, in flight together.
+    counts = np.arange(1, nranks + 1, dtype=np.int64)
+    send = np.array([[c.rank, d, i] for d in range(nranks) for i in range(d + 1)], np.int64)
+    recv_counts = np.full(nranks, c.rank + 1, np.int64)
+    twos = np.full(nranks, 2, np.int64)
+    for own in (True, False):
+        out = np.full((int(recv_counts.sum()), 3), -1, np.int64)
+        rows, ints = c.alltoallv_many([hcomm.Part(send, counts, recv_counts, out, own=own),
+                                       hcomm.Part(np.arange(2 * nranks) + 100 * c.rank, twos, twos)])
+        assert rows is out
+        expected = np.array([[s, c.rank, i] for s in range(nranks) for i in range(c.rank + 1)], np.int64)
+        if not own:  # this rank's block to itself stays as it was
+            mine = slice(c.rank * (c.rank + 1), (c.rank + 1) * (c.rank + 1))
+            expected[mine] = -1
+        np.testing.assert_array_equal(rows, expected)
+        np.testing.assert_array_equal(ints, [100 * s + 2 * c.rank + k for s in range(nranks) for k in range(2)])
