@@ -28,8 +28,8 @@ class Part:
     (a C-contiguous array of the right shape and dtype) or a new array. ``own=False``: the block this rank
     sends itself is not moved, and its place in the received array is left as it was; the caller uses it
     where it is. Open MPI's copy of it is slow: 2 ranks sending 1,600 rows of 100 float32 to each rank (about
-    a step's) took 0.19 ms with the own blocks moved, 0.073 ms without, and 0.30 ms as one Ialltoallv
-    (`mpi/launch -n 2 python -m hvd_w2v.bench.collectives`, second table, two runs alike).
+    a step's) in one Ialltoallv took 0.30 and 0.51 ms (two runs) with the own blocks moved, 0.090 and 0.087 ms
+    without (`mpi/launch -n 2 python -m hvd_w2v.bench.collectives`, second table).
     """
 
     send: np.ndarray
