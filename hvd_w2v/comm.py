@@ -102,13 +102,17 @@ class Comm:
         only when it has none.
 
         One MPI Ialltoallv per part; a part with ``own=False`` gives its own block zero counts at its usual
-        displacements, so that block stays where it is on both sides.
+        displacements, so that block stays where it is on both sides. On one rank a part without ``out`` comes back as
+        its ``send`` itself.
         """
         from mpi4py import MPI
 
         sent, received, requests = [], [], []  # the arrays must outlive their requests
         for part in parts:
             send = np.ascontiguousarray(part.send)
+            if self.size == 1 and part.out is None:  # to oneself, into no given array: nothing to move
+                received.append(send)
+                continue
             recv = _receiver(send, part.recv_counts, part.out)
             sent.append(send)
             received.append(recv)
