@@ -53,7 +53,8 @@ class Exchange:
         self.plan = plan
         self.table = table  # this rank's W_in and W_out rows by local key: float32[2 * rows(rank), d]
         # Per local key, the SGD updates all sources' updates of it sum in the step being scattered (the cap
-        # of ``apply`` needs a row's total); zero between steps. 4 B a row: 0.5% of a dim-100 model.
+        # of ``apply`` needs a row's total): the scratch of apply.sources, zero between steps. 4 B a row: 0.5%
+        # of a dim-100 model.
         self.sgd = np.zeros(len(table), np.float32)
         self.bytes_sent = 0  # to other ranks, over the whole run
         self._none = np.zeros(comm.size, np.int64)
@@ -86,27 +87,19 @@ class Exchange:
         """Stage 3: send the updates (float32[n, d]) of route.keys to their owners, who apply them; with the
         next step's ``ask`` and the ``asked_counts`` its gather announced, returns the next step's Route.
 
-        The owner calls ``apply(table, local_rows, updates, total_sgd)`` once per source, in rank order, with
-        each row's SGD-update count summed over all sources (a source's keys are unique, two sources' may not
-        be).
+        The owner adds them with ``apply.sources(table, local_rows, blocks, sgd, scratch)`` (train.CappedAdd):
+        every source's block in rank order, each row capped by its SGD-update count summed over all sources (a
+        source's keys are unique, two sources' may not be).
         """
         parts = [Part(updates, route.counts, route.asked_counts, own=False)]
         if ask is not None:
             parts.append(self._keys(ask, asked_counts))
         received = self.comm.alltoallv_many(parts, idle)
         self._count(updates, route.counts)
-        got, local = received[0], route.local
-        if self.comm.size == 1:
-            apply(self.table, local, updates, route.asked_sgd)  # one source: its keys are unique already
-        else:
-            ends = np.cumsum(route.asked_counts)
-            for lo, hi in zip(ends - route.asked_counts, ends):
-                self.sgd[local[lo:hi]] += route.asked_sgd[lo:hi]
-            total = self.sgd[local]
-            for source, (lo, hi) in enumerate(zip(ends - route.asked_counts, ends)):
-                block = updates[route.own] if source == self.comm.rank else got[lo:hi]  # its own: where it is
-                apply(self.table, local[lo:hi], block, total[lo:hi])
-            self.sgd[local] = 0
+        got, ends = received[0], np.cumsum(route.asked_counts)
+        blocks = [updates[route.own] if source == self.comm.rank else got[lo:hi]  # its own: where it is
+                  for source, (lo, hi) in enumerate(zip(ends - route.asked_counts, ends))]
+        apply.sources(self.table, route.local, blocks, route.asked_sgd, self.sgd)
         return None if ask is None else self._routed(ask, received[1], asked_counts)
 
     def _keys(self, ask, asked_counts):

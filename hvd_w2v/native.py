@@ -68,7 +68,7 @@ _LIBS = {}  # name: the loaded ctypes library, or the reason it is not available
 
 def _library(name, functions, what, restype=None, extra_flags=()):
     """The ctypes library of ``name``.cc, built on first use, with ``functions`` ({name: argtypes}, each
-    returning ``restype``) declared; None where it cannot be built (one warning) or $HVD_W2V_KERNEL asks for
+    returning ``restype``, or {name: (argtypes, its restype)}) declared; None where it cannot be built (one warning) or $HVD_W2V_KERNEL asks for
     numpy."""
     if name not in _LIBS:
         if not wanted():
@@ -76,9 +76,9 @@ def _library(name, functions, what, restype=None, extra_flags=()):
             return None
         try:
             lib = ctypes.CDLL(build(name, extra_flags))
-            for function, argtypes in functions.items():
-                getattr(lib, function).argtypes = argtypes
-                getattr(lib, function).restype = restype
+            for function, spec in functions.items():  # spec: argtypes, or (argtypes, its own restype)
+                getattr(lib, function).argtypes, getattr(lib, function).restype = (
+                    spec if isinstance(spec, tuple) else (spec, restype))
             _LIBS[name] = lib
         except (OSError, AttributeError, StopIteration) as e:
             _LIBS[name] = str(e)
@@ -87,7 +87,7 @@ def _library(name, functions, what, restype=None, extra_flags=()):
     return None if isinstance(lib, str) else lib
 
 
-P, I64, U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
+P, I64, U64, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 
 
 # -- the owners' row copies (rows_kernel.cc) -----------------------------------------------------------------
@@ -95,7 +95,9 @@ P, I64, U64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64
 def row_copies():
     """The library of rows_kernel.cc, or None (numpy then)."""
     return _library("rows_kernel", {"hvd_w2v_take_rows": [P] * 3 + [I64] * 2,
-                                    "hvd_w2v_add_rows": [P] * 4 + [I64] * 2}, "the compiled row copies")
+                                    "hvd_w2v_add_rows": [P] * 4 + [I64] * 2,
+                                    "hvd_w2v_add_sources": ([P, I64] + [P] * 3 + [I64, P, F32, P, I64], I64)},
+                    "the compiled row copies")
 
 
 def _checked(table, rows, block):
@@ -131,6 +133,35 @@ def add_rows(table, rows, updates, scale=None):
         if scale.shape != (len(rows),):
             raise ValueError(f"scale must be float32[{len(rows)}], got {scale.shape}")
     lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1])
+
+
+def add_sources(table, rows, blocks, sgd, cap, total):
+    """An owner's scatter in one pass. ``blocks[s]`` (float32[n_s, d]) is source s's updates of the table rows
+    listed in ``rows`` (int64, all sources' in order; unique within a source, not across sources), each one
+    summing ``sgd`` (float32, per row of ``rows``) SGD updates. Each row's updates are scaled by
+    min(1, cap / max(m, 1)), m its SGD updates summed over all sources, and added source by source.
+    ``total`` (float32[len(table)], zeros) is scratch, left zeros. Compiled when available, else numpy."""
+    counts = np.array([len(b) for b in blocks], np.int64)
+    d = table.shape[1]
+    if not (table.dtype == total.dtype == sgd.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
+            and table.flags.c_contiguous and rows.flags.c_contiguous and sgd.flags.c_contiguous
+            and total.shape == (len(table),) and len(rows) == len(sgd) == counts.sum()
+            and all(b.dtype == np.float32 and b.shape[1:] == (d,) and b.flags.c_contiguous for b in blocks)):
+        raise ValueError("add_sources takes float32 C-contiguous [n_s, d] blocks, their int64 rows and sgd counts")
+    lib = row_copies()
+    if lib is None:
+        ends = np.cumsum(counts)
+        for lo, hi in zip(ends - counts, ends):
+            total[rows[lo:hi]] += sgd[lo:hi]
+        scale = np.minimum(1, cap / np.maximum(total[rows], 1)).astype(np.float32)
+        for block, lo, hi in zip(blocks, ends - counts, ends):
+            table[rows[lo:hi]] += scale[lo:hi, None] * block
+        total[rows] = 0
+        return
+    pointers = np.array([b.ctypes.data for b in blocks], np.uintp)
+    if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data,
+                               counts.ctypes.data, len(blocks), sgd.ctypes.data, cap, total.ctypes.data, d):
+        raise IndexError(f"row index out of range [0, {len(table)})")
 
 
 # -- the example builder (batches_kernel.cc) -----------------------------------------------------------------

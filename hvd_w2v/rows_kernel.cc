@@ -1,9 +1,19 @@
 // The owners' row copies, as plain loops: gathering a step's rows out of a rank's table and adding their
 // updates back. numpy's fancy indexing does both in several passes (index checks, a temporary, the add, the
 // write back); these make one pass over each row (the profile in README, "Throughput", shows the gain).
-// Called through ctypes by hvd_w2v/native.py, which checks shapes, types and index ranges first; built
-// there with g++.
+// Called through ctypes by hvd_w2v/native.py, which checks shapes and types first (and index ranges, but
+// hvd_w2v_add_sources checks its own); built there with g++.
 #include <cstdint>
+
+namespace {
+
+// dst += s * src over d floats: the one add both entry points use, so that they round alike.
+inline void add_row(float* dst, const float* src, float s, int64_t d) {
+#pragma omp simd
+  for (int64_t j = 0; j < d; ++j) dst[j] += s * src[j];
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -20,13 +30,33 @@ void hvd_w2v_take_rows(const float* table, const int64_t* rows, float* out, int6
 // table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique.
 void hvd_w2v_add_rows(float* table, const int64_t* rows, const float* updates, const float* scale, int64_t n,
                       int64_t d) {
-  for (int64_t i = 0; i < n; ++i) {
-    float* dst = table + rows[i] * d;
-    const float* src = updates + i * d;
-    const float s = scale ? scale[i] : 1.f;
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) dst[j] += s * src[j];
+  for (int64_t i = 0; i < n; ++i) add_row(table + rows[i] * d, updates + i * d, scale ? scale[i] : 1.f, d);
+}
+
+// An owner's whole scatter in one call. Source s sent blocks[s], float32[counts[s], d]: updates of the table
+// rows listed, source after source, in ``rows`` (unique within a source, not across sources), the i-th summing
+// sgd[i] SGD updates. A row's updates are scaled by min(1, cap / max(m, 1)), m its SGD updates summed over
+// all sources, and added source by source. ``total`` (float32[table_rows], zeros) is scratch, left zeros.
+// Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
+int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
+                            const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total,
+                            int64_t d) {
+  int64_t n = 0;
+  for (int64_t s = 0; s < sources; ++s) n += counts[s];
+  for (int64_t i = 0; i < n; ++i)
+    if (rows[i] < 0 || rows[i] >= table_rows) return -1;
+  for (int64_t i = 0; i < n; ++i) total[rows[i]] += sgd[i];
+  const int64_t* row = rows;
+  for (int64_t s = 0; s < sources; ++s) {
+    const float* src = blocks[s];
+    for (int64_t i = 0; i < counts[s]; ++i, ++row, src += d) {
+      const float m = total[*row] > 1.f ? total[*row] : 1.f;
+      const float scale = cap / m < 1.f ? cap / m : 1.f;
+      add_row(table + *row * d, src, scale, d);
+    }
   }
+  for (int64_t i = 0; i < n; ++i) total[rows[i]] = 0.f;
+  return 0;
 }
 
 }  // extern "C"

@@ -98,7 +98,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
     exchange = Exchange(comm, plan, model.table)
     step_fn = sgns.step_function(cfg.sg, cfg.window)
-    apply = make_apply(cfg.update_cap)
+    apply = CappedAdd(float(cfg.update_cap))
     n = len(stream)
     steps = math.ceil(n / cfg.batch_words)
     total_steps = steps * cfg.epochs
@@ -344,7 +344,8 @@ def _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply):
     return float(loss), float(pairs), route
 
 
-def make_apply(cap):
+@dataclass(frozen=True)
+class CappedAdd:
     """The owners' update rule: add a row's summed update, scaled by min(1, cap / m) when it sums m > cap
     SGD updates.
 
@@ -353,7 +354,14 @@ def make_apply(cap):
     snapshot, thousands of updates of "the" in one step overshoot and training diverges. Capping the
     multiplicity keeps rare rows exactly as SGD (m is small) and bounds the step of frequent ones.
     """
-    def apply(table, rows, updates, counts):
-        """``table[rows] += updates`` (rows unique), capped."""
-        native.add_rows(table, rows, updates, np.minimum(1, cap / np.maximum(counts, 1)).astype(np.float32))
-    return apply
+
+    cap: float
+
+    def __call__(self, table, rows, updates, counts):
+        """``table[rows] += updates`` (rows unique), each row capped by its ``counts``."""
+        native.add_rows(table, rows, updates, np.minimum(1, self.cap / np.maximum(counts, 1)).astype(np.float32))
+
+    def sources(self, table, rows, blocks, sgd, total):
+        """An owner's scatter: every source's block in rank order, capped by the counts summed over all
+        sources (native.add_sources; ``total`` is its scratch)."""
+        native.add_sources(table, rows, blocks, sgd, self.cap, total)

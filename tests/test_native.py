@@ -52,3 +52,37 @@ def test_bad_rows_are_refused_before_any_copy():
     with pytest.raises(ValueError):
         native.take_rows(table, rows, np.empty((len(rows), 3), np.float32))
     assert np.array_equal(table, before)
+
+
+def test_add_sources_caps_by_the_count_summed_over_sources(mode):
+    """Rows shared by two sources: each source's update is scaled by the cap over the rows' summed count."""
+    table, rows, _ = blocks(3)
+    rng = np.random.default_rng(3)
+    first, second = rows[:12], rows[6:]  # rows[6:12] come from both sources
+    sources = [rng.normal(size=(len(first), table.shape[1])).astype(np.float32),
+               rng.normal(size=(len(second), table.shape[1])).astype(np.float32)]
+    sgd = rng.integers(1, 40, len(first) + len(second)).astype(np.float32)
+    keys = np.concatenate((first, second))
+    total = np.zeros(len(table), np.float32)
+    expected = table.copy().astype(np.float64)
+    summed = np.zeros(len(table))
+    np.add.at(summed, keys, sgd)
+    for block, these in zip(sources, (first, second)):
+        expected[these] += np.minimum(1, 50 / summed[these])[:, None] * block
+    native.add_sources(table, keys, sources, sgd, 50.0, total)
+    np.testing.assert_allclose(table, expected, rtol=1e-5, atol=1e-6)
+    assert not total.any()  # the scratch is left zeros
+
+
+def test_add_sources_refuses_bad_rows_before_any_change():
+    if native.row_copies() is None:
+        pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
+    table, rows, updates = blocks(4)
+    before, total = table.copy(), np.zeros(len(table), np.float32)
+    sgd = np.ones(len(rows), np.float32)
+    for bad in (np.append(rows[:-1], len(table)), np.append(rows[:-1], -1)):
+        with pytest.raises(IndexError):
+            native.add_sources(table, bad, [updates[:5], updates[5:]], sgd, 64.0, total)
+    with pytest.raises(ValueError):
+        native.add_sources(table, rows, [updates[:, :3]], sgd, 64.0, total)
+    assert np.array_equal(table, before) and not total.any()
