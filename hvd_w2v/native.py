@@ -68,8 +68,8 @@ _LIBS = {}  # name: the loaded ctypes library, or the reason it is not available
 
 def _library(name, functions, what, restype=None, extra_flags=()):
     """The ctypes library of ``name``.cc, built on first use, with ``functions`` ({name: argtypes}, each
-    returning ``restype``, or {name: (argtypes, its restype)}) declared; None where it cannot be built (one warning) or $HVD_W2V_KERNEL asks for
-    numpy."""
+    returning ``restype``, or {name: (argtypes, its restype)}) declared; None where it cannot be built (one
+    warning) or $HVD_W2V_KERNEL asks for numpy."""
     if name not in _LIBS:
         if not wanted():
             _LIBS[name] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"

@@ -86,7 +86,8 @@ def throughput_figures():
             ("gensim", 2): [dict(words_per_s=490_000, peak_mib=[153])],
             ("hvd-w2v", 1): [dict(words_per_s=136_000, peak_mib=[682])],
             ("hvd-w2v", 2): [dict(words_per_s=170_000, peak_mib=[597, 590])],
-            ("hvd-w2v", 4): [dict(words_per_s=119_000, peak_mib=[552, 550, 549, 548])]}
+            ("hvd-w2v", 4): [dict(words_per_s=119_000, peak_mib=[552, 550, 549, 548])],
+            (throughput.CEILING, 2): [dict(words_per_s=240_000, peak_mib=[597, 590])]}
     med = lambda t, k: runs[t][0][k]  # noqa: E731
     peak = lambda t: max(runs[t][0]["peak_mib"])  # noqa: E731
     return runs, med, peak
@@ -108,3 +109,16 @@ def test_benchmark_plots_without_matplotlib(tmp_path, capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(line.startswith("plot: skipped, matplotlib is not installed") for line in lines)
     assert not list(tmp_path.iterdir())
+
+
+def test_throughput_no_exchange_pair_splits_the_corpus_and_the_step(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"".join(b"line %d\n" % i for i in range(7)))
+    halves = throughput.split_corpus(str(corpus), str(tmp_path))
+    assert [open(h, "rb").read().count(b"\n") for h in halves] == [3, 4]
+    assert b"".join(open(h, "rb").read() for h in halves) == corpus.read_bytes()
+    assert throughput.half_batch([]) == 1024  # half of the default step
+    assert throughput.half_batch(["--batch-words=4096", "--epochs=2"]) == 2048
+    line = "done: 412,345 words/s over 3.5 s; final loss 2.4 per pair; exchange 0% of step time and 0 bytes sent"
+    got = throughput.figures(line + " per word (all ranks)\npeak resident MiB per rank [580]\n")
+    assert (got["words_per_s"], got["seconds"], got["exchange"], got["peak_mib"]) == (412345, 3.5, 0, [580])

@@ -13,9 +13,14 @@ with gensim on the same number of cores
 (4 ranks on 2 cores are oversubscribed and compared with 2 workers). Peak memory is the largest resident
 set of one process (per rank for hvd-w2v).
 
+The last row is the ceiling of 2 ranks on this machine: two 1-rank jobs at once, one per core, each on half of
+the corpus's lines with half a step's positions, so 2 ranks' work with no exchange at all (run_halves). No
+exchange can make 2 ranks faster than that pair.
+
 After the table, two pictures under ``--out`` (unless ``--no-plot``; skipped with a line when matplotlib is
 missing): ``throughput.png``, hvd-w2v's words per second against the rank count with gensim's 1 and 2 workers
-as horizontal lines, and ``memory.png``, the peak resident memory per process likewise.
+and the no-exchange pair as horizontal lines, and ``memory.png``, the peak resident memory per process
+likewise.
 """
 import argparse
 import json
@@ -28,7 +33,9 @@ import sys
 import time
 
 from . import plots
+from ..config import Config
 
+CEILING = "no exchange"  # the trainer name of run_halves' row
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = dict(vector_size=100, window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
 
@@ -62,18 +69,71 @@ def run_gensim(corpus, workers, epochs, sg):
 
 def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
     """One `hvd-w2v train` job with ``threads`` per rank; its summary lines parsed into figures."""
-    cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks),
-           "--threads", str(threads), "--timeout", "3600", "hvd-w2v", "train", corpus,
-           "--out", os.path.join(workdir, f"hvd-{ranks}"), "--epochs", str(epochs), "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
+    cmd = [*one_core(ranks * threads), *hvd_command(corpus, ranks, epochs, sg, f"hvd-{ranks}", workdir, extra,
+                                                    threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     text = out.stdout + out.stderr
     if out.returncode:
         raise SystemExit(f"hvd-w2v failed at {ranks} ranks:\n{text[-3000:]}")
-    speed = re.search(r"done: ([\d,]+) words/s over .* exchange (\d+)% of step time and ([\d,]+) bytes", text)
+    return figures(text)
+
+
+def run_halves(corpus, epochs, sg, workdir, extra):
+    """The ceiling of 2 ranks on this machine: 2 ranks' work with no exchange at all. Two 1-rank jobs at once,
+    pinned to cores 0 and 1, each on its half of the corpus's lines and with half the step's positions (a
+    rank's share of a 2-rank step). Words/s: both jobs' words over the longer job's training loop. Each half
+    has its own vocabulary, a little smaller than the whole's, so if anything this errs high."""
+    extra = [*extra, f"--batch-words={half_batch(extra)}"]
+    jobs = [subprocess.Popen(["taskset", "-c", str(core),
+                              *hvd_command(half, 1, epochs, sg, f"half-{core}", workdir, extra)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+            for core, half in enumerate(split_corpus(corpus, workdir))]
+    texts = [job.communicate()[0] for job in jobs]
+    if any(job.returncode for job in jobs):
+        raise SystemExit("hvd-w2v failed in the no-exchange pair:\n" + "\n".join(t[-2000:] for t in texts))
+    halves = [figures(text) for text in texts]
+    seconds = max(h["seconds"] for h in halves)
+    return dict(words_per_s=sum(h["words_per_s"] * h["seconds"] for h in halves) / seconds, exchange=0.0,
+                bytes_per_word=0.0, peak_mib=[p for h in halves for p in h["peak_mib"]])
+
+
+def hvd_command(corpus, ranks, epochs, sg, name, workdir, extra, threads=1):
+    """The `mpi/launch ... hvd-w2v train` command of one job, its run folder ``workdir``/``name``."""
+    return [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", str(threads), "--timeout", "3600",
+            "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, name), "--epochs", str(epochs),
+            "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
+
+
+def figures(text):
+    """A job's summary lines as figures: words/s and seconds of the training loop, the exchange's share of step
+    time, bytes sent per word, peak resident MiB per rank."""
+    speed = re.search(r"done: ([\d,]+) words/s over ([\d.]+) s.* exchange (\d+)% of step time and ([\d,]+) bytes",
+                      text)
     peak = re.search(r"peak resident MiB per rank \[([\d, ]+)\]", text)
     number = lambda s: float(s.replace(",", ""))  # noqa: E731
-    return dict(words_per_s=number(speed.group(1)), exchange=int(speed.group(2)) / 100,
-                bytes_per_word=number(speed.group(3)), peak_mib=[int(x) for x in peak.group(1).split(",")])
+    return dict(words_per_s=number(speed.group(1)), seconds=float(speed.group(2)), exchange=int(speed.group(3)) / 100,
+                bytes_per_word=number(speed.group(4)), peak_mib=[int(x) for x in peak.group(1).split(",")])
+
+
+def half_batch(extra):
+    """Half the positions of a step: of the last --batch-words among ``extra``, else of the default."""
+    batch = Config.batch_words
+    for option in extra:
+        if option.startswith("--batch-words="):
+            batch = int(option.split("=", 1)[1])
+    return max(batch // 2, 64)
+
+
+def split_corpus(path, workdir):
+    """``path``'s lines in two files of (nearly) equal line counts, first half and second half."""
+    with open(path, "rb") as src:
+        lines = src.readlines()
+    halves = []
+    for i, part in enumerate((lines[:len(lines) // 2], lines[len(lines) // 2:])):
+        halves.append(os.path.join(workdir, f"{os.path.basename(path)}.half{i + 1}"))
+        with open(halves[-1], "wb") as dst:
+            dst.writelines(part)
+    return halves
 
 
 def prepare_corpus(path, lines, workdir):
@@ -98,13 +158,15 @@ def plot(out, runs, med, peak, about):
     if why:
         print(why)
         return
-    ranks = [n for name, n in runs if name == "hvd-w2v"]
+    ranks = [n for name, n in runs if name == "hvd-w2v"]  # the no-exchange pair is a reference line
     gensim = [n for name, n in runs if name == "gensim"]
     worker = lambda n: f"gensim, {n} worker{'s' if n > 1 else ''}"  # noqa: E731
     print("plot: " + plots.rank_scaling(
         os.path.join(out, "throughput.png"), f"Throughput: {about}", ranks,
         {"hvd-w2v": [med(("hvd-w2v", n), "words_per_s") for n in ranks]}, "words per second (raw corpus tokens)",
-        {worker(n): med(("gensim", n), "words_per_s") for n in gensim}, cores=os.cpu_count()))
+        {**{worker(n): med(("gensim", n), "words_per_s") for n in gensim},
+         **({"hvd-w2v, 2 x 1 rank, no exchange": med((CEILING, 2), "words_per_s")} if (CEILING, 2) in runs else {})},
+        cores=os.cpu_count()))
     # gensim's processes differ by a few MiB between 1 and 2 workers: one line, the larger.
     most = max(gensim, key=lambda n: peak(("gensim", n)))
     print("plot: " + plots.rank_scaling(
@@ -135,11 +197,12 @@ def main(argv=None):
         raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
     corpus = prepare_corpus(args.corpus, args.lines, args.out)
     sg = not args.cbow
-    trainers = [("gensim", 1), ("gensim", 2), ("hvd-w2v", 1), ("hvd-w2v", 2), ("hvd-w2v", 4)]
+    trainers = [("gensim", 1), ("gensim", 2), ("hvd-w2v", 1), ("hvd-w2v", 2), ("hvd-w2v", 4), (CEILING, 2)]
     runs = {t: [] for t in trainers}
     for r in range(args.repeats):
         for name, n in trainers:
             got = (run_gensim(corpus, n, args.epochs, sg) if name == "gensim"
+                   else run_halves(corpus, args.epochs, sg, args.out, args.hvd_option) if name == CEILING
                    else run_hvd(corpus, n, args.epochs, sg, args.out, args.hvd_option))
             runs[(name, n)].append(got)
             print(f"repeat {r + 1}/{args.repeats}: {name} x{n}: {got['words_per_s']:,.0f} words/s",
@@ -154,7 +217,8 @@ def main(argv=None):
     for name, n in trainers:
         t = (name, n)
         wps = med(t, "words_per_s")
-        label = f"{name}, {n} {'worker' if name == 'gensim' else 'rank'}{'s' if n > 1 else ''}"
+        label = (f"{name}, {n} {'worker' if name == 'gensim' else 'rank'}{'s' if n > 1 else ''}" if name != CEILING
+                 else "2 x 1 rank, no exchange")
         if name == "gensim":
             print(f"{label:28} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
             continue
