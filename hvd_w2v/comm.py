@@ -201,7 +201,7 @@ def _spec(array, counts, skip=None):
 _COMM = None
 # Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms, even with nothing queued, and each wake is
 # a collective among the ranks' background threads: with one core per rank it takes the core from the step,
-# and the thread that wakes first spins until the other's wakes. 2 ranks trained 2.6x faster at 250 ms than at
+# and the thread that wakes first spins until the other's wakes. 2 ranks trained 2.3x faster at 250 ms than at
 # Horovod's 1 ms, and 1.14x faster than at 50 ms (README, "Throughput", the settings table). hvd-w2v calls
 # Horovod a few times a run (the loss reports are MPI's: train.Reports); a Horovod call waits up to a cycle,
 # so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
