@@ -117,8 +117,8 @@ def test_throughput_no_exchange_pair_splits_the_corpus_and_the_step(tmp_path):
     halves = throughput.split_corpus(str(corpus), str(tmp_path))
     assert [open(h, "rb").read().count(b"\n") for h in halves] == [3, 4]
     assert b"".join(open(h, "rb").read() for h in halves) == corpus.read_bytes()
-    assert throughput.half_batch([]) == 1024  # half of the default step
-    assert throughput.half_batch(["--batch-words=4096", "--epochs=2"]) == 2048
+    assert throughput.option([], "batch-words", 2048) == 2048
+    assert throughput.option(["--batch-words=4096", "--epochs=2", "--batch-words=512"], "batch-words", 2048) == 512
     line = "done: 412,345 words/s over 3.5 s; final loss 2.4 per pair; exchange 0% of step time and 0 bytes sent"
     got = throughput.figures(line + " per word (all ranks)\npeak resident MiB per rank [580]\n")
     assert (got["words_per_s"], got["seconds"], got["exchange"], got["peak_mib"]) == (412345, 3.5, 0, [580])
