@@ -135,6 +135,11 @@ def add_rows(table, rows, updates, scale=None):
     lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1])
 
 
+def cap_scale(cap, counts):
+    """min(1, cap / max(m, 1)) for each SGD-update count m (float32), as hvd_w2v_add_sources computes it."""
+    return np.minimum(1, cap / np.maximum(counts, 1)).astype(np.float32)
+
+
 def add_sources(table, rows, blocks, sgd, cap, total):
     """An owner's scatter in one pass. ``blocks[s]`` (float32[n_s, d]) is source s's updates of the table rows
     listed in ``rows`` (int64, all sources' in order; unique within a source, not across sources), each one
@@ -153,7 +158,7 @@ def add_sources(table, rows, blocks, sgd, cap, total):
         ends = np.cumsum(counts)
         for lo, hi in zip(ends - counts, ends):
             total[rows[lo:hi]] += sgd[lo:hi]
-        scale = np.minimum(1, cap / np.maximum(total[rows], 1)).astype(np.float32)
+        scale = cap_scale(cap, total[rows])
         for block, lo, hi in zip(blocks, ends - counts, ends):
             table[rows[lo:hi]] += scale[lo:hi, None] * block
         total[rows] = 0

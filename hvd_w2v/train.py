@@ -359,7 +359,7 @@ class CappedAdd:
 
     def __call__(self, table, rows, updates, counts):
         """``table[rows] += updates`` (rows unique), each row capped by its ``counts``."""
-        native.add_rows(table, rows, updates, np.minimum(1, self.cap / np.maximum(counts, 1)).astype(np.float32))
+        native.add_rows(table, rows, updates, native.cap_scale(self.cap, counts))
 
     def sources(self, table, rows, blocks, sgd, total):
         """An owner's scatter: every source's block in rank order, capped by the counts summed over all

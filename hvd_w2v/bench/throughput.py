@@ -78,18 +78,18 @@ def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
     return figures(text)
 
 
-def run_halves(corpus, epochs, sg, workdir, extra):
+def run_halves(halves, epochs, sg, workdir, extra):
     """The ceiling of 2 ranks on this machine: 2 ranks' work with no exchange at all. Two 1-rank jobs at once,
-    pinned to cores 0 and 1, each on its half of the corpus's lines and with half the step's positions (a
-    rank's share of a 2-rank step). Words/s: both jobs' words over the longer job's training loop. Each half
-    builds its own vocabulary at half the min-count (rounded up), which keeps about as many words as the
-    whole corpus does at the full one: the tables the steps read are as large."""
+    pinned to cores 0 and 1, each on its half of the corpus's lines (``halves``, from split_corpus) and with
+    half the step's positions (a rank's share of a 2-rank step). Words/s: both jobs' words over the longer
+    job's training loop. Each half builds its own vocabulary at half the min-count (rounded up), which keeps
+    about as many words as the whole corpus does at the full one: the tables the steps read are as large."""
     extra = [*extra, f"--batch-words={max(option(extra, 'batch-words', Config.batch_words) // 2, 64)}",
              f"--min-count={-(-option(extra, 'min-count', Config.min_count) // 2)}"]
     jobs = [subprocess.Popen(["taskset", "-c", str(core),
                               *hvd_command(half, 1, epochs, sg, f"half-{core}", workdir, extra)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-            for core, half in enumerate(split_corpus(corpus, workdir))]
+            for core, half in enumerate(halves)]
     texts = [job.communicate()[0] for job in jobs]
     if any(job.returncode for job in jobs):
         raise SystemExit("hvd-w2v failed in the no-exchange pair:\n" + "\n".join(t[-2000:] for t in texts))
@@ -200,11 +200,12 @@ def main(argv=None):
     sg = not args.cbow
     trainers = [("gensim", 1), ("gensim", 2), ("hvd-w2v", 1), ("hvd-w2v", 2), ("hvd-w2v", 4)]
     trainers += [(CEILING, 2)] if (os.cpu_count() or 1) >= 2 else []  # the pair takes a core each
+    halves = split_corpus(corpus, args.out) if (CEILING, 2) in trainers else None  # once, for every repeat
     runs = {t: [] for t in trainers}
     for r in range(args.repeats):
         for name, n in trainers:
             got = (run_gensim(corpus, n, args.epochs, sg) if name == "gensim"
-                   else run_halves(corpus, args.epochs, sg, args.out, args.hvd_option) if name == CEILING
+                   else run_halves(halves, args.epochs, sg, args.out, args.hvd_option) if name == CEILING
                    else run_hvd(corpus, n, args.epochs, sg, args.out, args.hvd_option))
             runs[(name, n)].append(got)
             print(f"repeat {r + 1}/{args.repeats}: {name} x{n}: {got['words_per_s']:,.0f} words/s",
