@@ -9,7 +9,10 @@ falls back to TensorFlow's graph or numpy, which compute the same values more sl
 A library's file name is a hash of its source, its compiler flags (TensorFlow's, for the op), TensorFlow's
 version and this CPU's features (``-march=native``), so a changed source, another TensorFlow or another
 machine sharing the cache folder builds its own. Ranks that start together build it once: the first takes a
-lock on the cache folder, the others wait for it and use its result.
+lock on the cache folder, the others wait for it and use its result. Where the lock does not reach across
+hosts (NFS without a lock manager), hosts may build at once: each builds into a temporary file of its own
+(created exclusively, so no two hosts share one, even where their processes have the same PID) and renames
+it into place, so the library found is always one whole build.
 """
 import ctypes
 import fcntl
@@ -17,6 +20,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -50,11 +54,18 @@ def build(name, extra_flags=(), salt=""):
     with open(os.path.join(folder, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(target):
-            tmp = f"{target}.{os.getpid()}.tmp"
-            done = subprocess.run(["g++", *FLAGS, source, "-o", tmp, *extra_flags], capture_output=True, text=True)
-            if done.returncode:
-                raise OSError(f"g++ failed on {name}.cc: {done.stderr.strip()[-1000:]}")
-            os.replace(tmp, target)
+            fd, tmp = tempfile.mkstemp(prefix=f"{name}-{key}.", suffix=".tmp", dir=folder)
+            os.close(fd)
+            try:
+                done = subprocess.run(["g++", *FLAGS, source, "-o", tmp, *extra_flags], capture_output=True,
+                                      text=True)
+                if done.returncode:
+                    raise OSError(f"g++ failed on {name}.cc: {done.stderr.strip()[-1000:]}")
+                os.chmod(tmp, 0o755)  # mkstemp's 0600 would keep other users of a shared cache out
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
     return target
 
 

@@ -1,7 +1,14 @@
-"""The compiled row copies (native.py, rows_kernel.cc) against numpy, and the checks that guard them."""
+"""The compiled row copies (native.py, rows_kernel.cc) against numpy, the checks that guard them, and the
+cache of built libraries shared by several hosts."""
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from hvd_w2v import native
 
 
@@ -86,3 +93,31 @@ def test_add_sources_refuses_bad_rows_before_any_change():
     with pytest.raises(ValueError):
         native.add_sources(table, rows, [updates[:, :3]], sgd, 64.0, total)
     assert np.array_equal(table, before) and not total.any()
+
+
+# Two hosts building into one cache folder on a shared filesystem whose locks are local to each host (NFS
+# mounted without a lock manager: flock succeeds on every host at once). Each builder is a process with its
+# own host name and PID namespace, so both have PID 1, as processes of two hosts may have the same PID.
+BUILDER = """
+import ctypes, fcntl, socket, sys
+fcntl.flock = lambda *args: None  # the lock protects nothing across hosts
+from hvd_w2v import native
+path = native.build("rows_kernel")
+ctypes.CDLL(path)  # a whole library, not a mix of two builds
+print(socket.gethostname(), path)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_two_hosts_building_at_once_leave_one_good_library(tmp_path):
+    cache = tmp_path / "cache"
+    env = dict(os.environ, HVD_W2V_CACHE=str(cache), HVD_W2V_KERNEL="native")
+    procs = [subprocess.Popen(["unshare", "--uts", "--pid", "--fork", "sh", "-c",
+                               f'hostname {host} && exec "$0" -c "$1"', sys.executable, BUILDER],
+                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for host in ("nodeA", "nodeB")]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    paths = {line.split()[1] for line in outputs}
+    assert len(paths) == 1, outputs
+    assert sorted(os.listdir(cache)) == sorted([".lock", os.path.basename(paths.pop())])  # no temporary left
