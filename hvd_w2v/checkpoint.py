@@ -18,7 +18,8 @@ Write protocol (collective): rank 0 makes ``.step-N.tmp/``; every rank writes, f
 there; ranks agree that all succeeded; rank 0 writes ``manifest.json`` (temporary name, fsync, rename), renames
 the folder to ``step-N`` and fsyncs the parent; only then are older checkpoints removed (the last two stay).
 Any OSError becomes one UserError on every rank; the temporary folder is removed and earlier checkpoints are
-left as they were. OUT must be a folder every rank sees (one machine, or a shared filesystem), as for the export.
+left as they were. OUT must be a folder every rank sees (one machine, or a shared filesystem), as for the export;
+`train` checks that at its start (runfolder.writable).
 
 When: every ``--checkpoint-every`` minutes, on a signal, and at the end of the run (its last step, unless
 ``train --no-final-checkpoint``), so a finished run keeps W_out and can be queried sharded or continued.
@@ -90,15 +91,22 @@ def rows_name(rank):
 
 
 def file_sha256(comm, path):
-    """sha256 (hex) of a file as rank 0 reads it, on every rank (collective). Used for vocab.txt."""
-    digest = None
+    """sha256 (hex) of a file as rank 0 reads it, on every rank (collective: every rank calls it). Used for
+    vocab.txt. UserError on every rank when rank 0 cannot read it."""
+    digest, error = None, None
     if comm.rank == 0:
         h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                h.update(chunk)
-        digest = h.hexdigest()
-    return comm.allgather(digest)[0]  # mpi4py: rank 0's digest to every rank
+        try:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(CHUNK), b""):
+                    h.update(chunk)
+            digest = h.hexdigest()
+        except OSError as e:
+            error = f"cannot read {path}: {_reason(e)}"
+    digest, error = comm.allgather((digest, error))[0]  # mpi4py: rank 0's digest (or error) to every rank
+    if error:
+        raise UserError(error)
+    return digest
 
 
 def meta(cfg, vocab_size, vocab_sha, stream_length):
@@ -438,6 +446,15 @@ class Saver:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old = {}
+
+    def leave(self):
+        """After :class:`Interrupted`: this rank is leaving with EXIT_INTERRUPTED, its checkpoint written and
+        agreed. SIGTERM and SIGUSR1 are ignored from here to the exit, so that a launcher which ends the other
+        ranks as soon as one exits non-zero (``srun --kill-on-bad-exit``) still gets every rank's own 75 rather
+        than 143: the ranks do not leave at the same instant, and there is nothing left to save."""
+        self.restore()
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
     def _on_signal(self, signum, frame):
         self.signalled = signum  # acted on at the next agreed step boundary

@@ -6,6 +6,7 @@ calls MPI_Abort, so the whole job ends at once instead of leaving peers blocked 
 """
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import traceback
@@ -18,7 +19,8 @@ EXIT_USAGE = 2
 
 
 def cmd_check(args):
-    """A two-rank check of the stack: what Horovod was built with, one allreduce, one alltoall."""
+    """A check of the stack: what Horovod was built with, one allreduce, one alltoall, and per rank its host,
+    its thread budget and the ranks it reached over TCP (ranks on one host use shared memory)."""
     from . import comm as comm_mod
 
     comm = comm_mod.init()
@@ -32,7 +34,15 @@ def cmd_check(args):
     total = comm.allreduce_dense(np.full(4, comm.rank + 1, np.float32))
     got = comm.alltoall_ints(np.arange(comm.size) + 100 * comm.rank)
     rows = comm.allgather(got.tolist())
+    # mpi4py: every rank's host, thread budget and TCP connections (made by the collectives above), to rank 0.
+    ranks = comm.allgather((socket.gethostname(), os.environ.get("HVD_W2V_THREADS", "1"),
+                            comm_mod.tcp_connections()))
     if comm.rank == 0:
+        ends = [{remote for local, remote in tcp} for _, _, tcp in ranks]
+        for r, (host, threads, tcp) in enumerate(ranks):
+            peers = [p for p in range(comm.size) if p != r and any(local in ends[p] for local, _ in tcp)]
+            print(f"rank {r}: host {host}, {threads} threads, TCP with ranks "
+                  f"{', '.join(map(str, peers)) or 'none'}")
         print(f"horovod allreduce of (rank+1) over {comm.size} ranks: {total.tolist()} "
               f"(expected {comm.size * (comm.size + 1) // 2} each)")
         print("mpi4py alltoall, rank r sends 100*r + d to rank d; received per rank:")
@@ -58,21 +68,6 @@ def config_from(args):
                   hot_rows=args.hot_rows, update_cap=args.update_cap, span=args.span)
 
 
-def _writable_folder(comm, out):
-    """Create ``out`` (collective); UserError on every rank when it cannot be written."""
-    error = None
-    if comm.rank == 0:
-        try:
-            os.makedirs(out, exist_ok=True)
-            probe = os.path.join(out, ".write-test")
-            with open(probe, "w"):
-                pass
-            os.remove(probe)
-        except OSError as e:
-            error = f"output folder {out} is not writable: {e.strerror}"
-    comm.agree(error)
-
-
 def _default_corpus(comm):
     """The real English corpus (hvd_w2v.realcorpus), built by rank 0 on first use."""
     error = None
@@ -92,14 +87,14 @@ def _vocabulary(args, check=None):
 
     ``check(comm, cfg, voc, paths)``, when given, runs once the vocabulary is known and before anything is
     written to the output folder: it may raise UserError on every rank (the memory plan does)."""
-    from . import export, vocab
+    from . import export, runfolder, vocab
     from .comm import log
     from .shard import RowPlan
 
     cfg = config_from(args)
     comm = _start(args)
     say = lambda m: log(comm, m)  # noqa: E731
-    _writable_folder(comm, args.out)
+    runfolder.writable(comm, args.out)
     if not args.corpus:
         say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
     paths = args.corpus or _default_corpus(comm)
@@ -132,12 +127,12 @@ def cmd_train(args):
     def check(comm, cfg, voc, paths):
         planned.append(_memory_plan(comm, cfg, voc, paths, limit))
 
-    from . import checkpoint
+    from . import checkpoint, runfolder
 
     saver = _saver(args)
     cfg, comm, say, paths, voc = _vocabulary(args, check)
     if args.tensorboard:
-        _writable_folder(comm, args.tensorboard)
+        runfolder.writable(comm, args.tensorboard, shared=False)  # rank 0 alone writes the scalars
     stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
     record = {}  # OUT/run.json, filled in by _train_or_resume
@@ -147,6 +142,7 @@ def cmd_train(args):
         _record(comm, args.out, record, state="interrupted", steps_done=e.step, checkpoint=e.path)
         say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
             f"continue with --resume")
+        saver.leave()
         return checkpoint.EXIT_INTERRUPTED
     finally:
         saver.restore()
@@ -260,8 +256,8 @@ def _memory_plan(comm, cfg, voc, paths, limit):
     """Print the memory plan (rank 0) and refuse to start, on every rank, when it does not fit ``limit``
     (bytes per rank, --max-memory-per-rank) or a limit the job runs under (memory.limits). Collective;
     returns the MemoryPlan. Runs before the model is allocated and before the output folder is written."""
-    import socket
 
+    from . import comm as comm_mod
     from . import memory
     from .comm import log
 
@@ -271,8 +267,9 @@ def _memory_plan(comm, cfg, voc, paths, limit):
     the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes)
     for line in the_plan.describe().splitlines():
         log(comm, f"plan: {line}")
-    # mpi4py: every rank sends its host name, so each knows how many ranks share its node (and its cgroup).
-    hosts = comm.allgather(socket.gethostname())
+    # Every rank's host, so each knows how many ranks share its node (and its cgroup).
+    hosts, where = comm_mod.layout(comm)
+    log(comm, f"layout: {where}")
     found = memory.limits(hosts.count(socket.gethostname()))
     if limit is not None:
         found.append((limit, "--max-memory-per-rank"))
@@ -421,6 +418,7 @@ def cmd_export(args):
     say(f"load: {model.describe()}")
     _note_finished(comm, model)
     out = args.out or model.run
+    runfolder.writable(comm, out, name="--out" if args.out else "the run folder")
     for fmt in args.format:
         name = os.path.join(out, f"vectors-step-{model.manifest['step']}.{'bin' if fmt == 'binary' else 'txt'}")
         export.write_word2vec(comm, name, model.plan, model.words, model.w_in, binary=fmt == "binary")

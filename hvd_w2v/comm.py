@@ -232,7 +232,39 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS):
     if not hvd.mpi_threads_supported():
         raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
     _COMM = Comm(MPI.COMM_WORLD, hvd)
+    _COMM.threads = threads
     return _COMM
+
+
+def layout(comm):
+    """Where the ranks run: ``(hosts, text)``, ``hosts[r]`` rank r's host name and ``text`` one line such as
+    "4 ranks on 2 hosts (nodeA: 0-1; nodeB: 2-3), 1 thread each". Collective (one allgather)."""
+    import socket
+
+    # mpi4py: every rank sends its host name and thread budget; all get the list in rank order.
+    found = comm.allgather((socket.gethostname(), getattr(comm, "threads", 1)))
+    hosts = [h for h, _ in found]
+    by_host = {}
+    for r, h in enumerate(hosts):
+        by_host.setdefault(h, []).append(r)
+    threads = sorted({t for _, t in found})
+    each = (f"{threads[0]} thread{'s' if threads[0] > 1 else ''} each" if len(threads) == 1
+            else "threads " + ", ".join(str(t) for _, t in found))
+    text = (f"{comm.size} rank{'s' if comm.size > 1 else ''} on {len(by_host)} host{'s' if len(by_host) > 1 else ''} ("
+            + "; ".join(f"{h}: {_ranges(rs)}" for h, rs in by_host.items()) + f"), {each}")
+    return hosts, text
+
+
+def _ranges(ranks):
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(parts)
 
 
 def log(comm, message, all_ranks=False):
@@ -251,3 +283,33 @@ def _line(text):
     # can have a line of stdout land inside it.
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+def tcp_connections():
+    """This process's established TCP connections, as a list of (local, remote) endpoints in /proc's hex form.
+
+    For telling which ranks talk over TCP (`hvd-w2v check`): rank a and rank b are connected when a lists
+    (x, y) and b lists (y, x). Read from /proc/self/net/tcp{,6} (the connections of this network namespace)
+    and /proc/self/fd (the sockets this process holds); empty where /proc is not Linux's.
+    """
+    held = set()
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                held.add(target[8:-1])
+    except OSError:
+        return []
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        # Columns: sl local_address rem_address st ... inode; state 01 is ESTABLISHED.
+        found += [(row[1], row[2]) for row in rows if len(row) > 9 and row[3] == "01" and row[9] in held]
+    return found

@@ -41,8 +41,49 @@ def check_files(paths):
             raise UserError(f"corpus path is not a regular file: {p}")
         if not os.access(p, os.R_OK):
             raise UserError(f"corpus file is not readable: {p}")
+        try:
+            with open(p, "rb"):
+                pass
+        except OSError as e:
+            raise UserError(f"corpus file cannot be opened: {p}: {e.strerror}") from None
         if os.path.getsize(p) == 0:
             raise UserError(f"corpus file is empty: {p}")
+
+
+SAME_FILES = ("every host must see the corpus files at the same path, with the same contents (a filesystem "
+              "every host sees, or the same copy on each)")
+
+
+def check_shared(comm, paths):
+    """Raise UserError on every rank unless every rank can read every corpus file and sees rank 0's sizes.
+
+    Collective: every rank calls it with the same ``paths``. Each rank checks the files as
+    :func:`check_files` does and sends (its host, its message or None, the files' sizes) in one allgather;
+    every rank then raises the same message. A file missing (or of another size) on some ranks only, such as
+    on a host without the corpus, is named with the first such rank and its host: :func:`split` cuts the
+    files where rank 0's sizes say, so every rank must read the same bytes.
+    """
+    import socket
+
+    error, sizes = None, None
+    try:
+        check_files(paths)
+        sizes = [os.path.getsize(p) for p in paths]
+    except (UserError, OSError) as e:
+        error = str(e)
+    views = comm.allgather((socket.gethostname(), error, sizes))  # mpi4py: every rank's view, in rank order
+    failed = [r for r, (_, e, _) in enumerate(views) if e]
+    if failed and len(failed) == comm.size:
+        raise UserError(views[0][1])  # alike on every rank (a missing file, a typo): the message alone
+    if failed:
+        r, s = failed[0], next(s for s in range(comm.size) if s not in failed)
+        raise UserError(f"rank {r} (host {views[r][0]}): {views[r][1]}, but rank {s} (host {views[s][0]}) reads "
+                        f"it; {SAME_FILES}")
+    for r, (host, _, seen) in enumerate(views):
+        for p, want, got in zip(paths, views[0][2], seen):
+            if got != want:
+                raise UserError(f"corpus file {p} holds {want:,} bytes on rank 0 (host {views[0][0]}) but "
+                                f"{got:,} on rank {r} (host {host}); {SAME_FILES}")
 
 
 def split(paths, parts):

@@ -7,46 +7,100 @@ stream for any rank count, so training positions are global and rank-count free.
 """
 import json
 import os
+import socket
 
 import numpy as np
 
 from . import corpus
+from .errors import UserError
 from .vocab import by_hash_owner, exchange_words
 
 SENTENCE_END = -1
 
 
 def encode(comm, paths, vocab, outdir, log=lambda m: None):
-    """Write this rank's id shard into ``outdir`` and the stream's index (rank 0); collective."""
-    os.makedirs(outdir, exist_ok=True)
+    """Write this rank's id shard into ``outdir`` and the stream's index (rank 0); returns the TokenStream.
+
+    Collective: every rank calls it with the same arguments. UserError on every rank when any rank cannot
+    write its shard or read its text; the ranks leave the sequence of collectives only together: each opens
+    its shard (agreed), then every round starts with an allgather of (text left, error) and ends the loop on
+    every rank at once when any rank has met an error, and the writes' outcomes are agreed at the end. The
+    shards (and the index) of an earlier run in ``outdir`` are replaced only when every rank's shard is
+    complete.
+    """
+    where = f"rank {comm.rank} (host {socket.gethostname()})"
     path = os.path.join(outdir, f"ids.{comm.rank:05d}.i32")
+    f, error = None, None
+    try:
+        os.makedirs(outdir, exist_ok=True)
+        f = open(path + ".tmp", "wb")
+    except OSError as e:
+        error = f"cannot write {path}.tmp on {where}: {e.strerror}"
+    comm.agree(error)  # mpi4py: every rank's outcome; all leave here together on failure
     blocks = corpus.read_blocks(corpus.split(paths, comm.size)[comm.rank])
     written = 0
-    with open(path + ".tmp", "wb") as f:
-        while True:
-            block = next(blocks, None)
-            # Every rank takes part in every round's lookup until all ranks are out of text.
-            if not comm.allreduce(int(block is not None)):
-                break
-            sents, closed = corpus.sentences(*block) if block else ([], [])
-            ids = lookup(comm, vocab, sents)
-            out = []
-            for tokens, end in zip(sents, closed):
-                out.extend(i for i in map(ids.__getitem__, tokens) if i >= 0)
-                if end:
-                    out.append(SENTENCE_END)
-            arr = np.array(out, dtype=np.int32)
+    while True:
+        block = None
+        if error is None:
+            try:
+                block = next(blocks, None)
+            except UserError as e:
+                error = str(e)
+        # mpi4py: every rank's (has a block, error): a round is collective while any rank has text.
+        states = comm.allgather((block is not None, error))
+        if any(e for _, e in states) or not any(b for b, _ in states):
+            break
+        sents, closed = corpus.sentences(*block) if block else ([], [])
+        ids = lookup(comm, vocab, sents)
+        out = []
+        for tokens, end in zip(sents, closed):
+            out.extend(i for i in map(ids.__getitem__, tokens) if i >= 0)
+            if end:
+                out.append(SENTENCE_END)
+        arr = np.array(out, dtype=np.int32)
+        try:
             arr.tofile(f)
-            written += len(arr)
-    os.replace(path + ".tmp", path)
-    parts = comm.allgather(written)
+        except OSError as e:
+            error = f"cannot write {path}.tmp on {where}: {e.strerror or e}"  # shared at the next round
+        written += len(arr)
+    try:
+        f.close()
+    except OSError as e:
+        error = error or f"cannot write {path}.tmp on {where}: {e.strerror or e}"
+    # mpi4py: every rank's shard length and error. Shards replace those of an earlier run only when every
+    # rank's is complete, and rank 0 writes the index only when every shard is in place.
+    parts = comm.allgather((written, error))
+    failure = next((e for _, e in parts if e), None)
+    if failure is None:
+        try:
+            os.replace(path + ".tmp", path)
+        except OSError as e:
+            failure = f"cannot write {path} on {where}: {e.strerror or e}"
+        failure = next((e for e in comm.allgather(failure) if e), None)  # mpi4py: every rank's rename
+    if failure:  # on every rank alike, as Comm.agree
+        try:
+            os.remove(path + ".tmp")
+        except OSError:
+            pass
+        raise UserError(failure)
+    parts = [n for n, _ in parts]
+    error = None
     if comm.rank == 0:
-        index = {"parts": parts, "raw_words": vocab.raw_words, "vocab_size": vocab.size}
-        with open(os.path.join(outdir, "stream.json"), "w") as f:
-            json.dump(index, f)
-    comm.barrier()
+        try:
+            index = {"parts": parts, "raw_words": vocab.raw_words, "vocab_size": vocab.size}
+            with open(os.path.join(outdir, "stream.json"), "w") as g:
+                json.dump(index, g)
+        except OSError as e:
+            error = f"cannot write {os.path.join(outdir, 'stream.json')}: {e.strerror}"
+    comm.agree(error)  # mpi4py: rank 0's outcome; on return the index is written for every rank
     log(f"encode: {sum(parts):,} positions in {comm.size} shards under {outdir}")
-    return TokenStream(outdir)
+    stream, error = None, None
+    try:
+        stream = TokenStream(outdir)
+    except OSError as e:
+        error = f"cannot read the encoded corpus under {outdir} on {where}: {e.strerror}"
+    comm.agree(error)
+    return stream
 
 
 def lookup(comm, vocab, sents):

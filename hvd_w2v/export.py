@@ -6,6 +6,7 @@ line lengths) and every rank writes its own lines at their offsets into one shar
 under a temporary name and renamed when complete, so a failed export never leaves a partial file behind.
 """
 import os
+import socket
 
 import numpy as np
 
@@ -40,9 +41,17 @@ def write_vocab(comm, path, plan, words, counts):
 def write_ordered(comm, path, header, plan, line_of):
     """Write ``header`` then the line of every word id in order; ``line_of(local_row)`` gives this rank's.
 
-    Collective. Raises UserError on every rank when the file cannot be written.
+    Collective: every rank calls it with the same ``path``, ``header`` and ``plan``. Raises UserError on every
+    rank when the file cannot be written (any rank's OSError), after removing the temporary file; a file
+    already at ``path`` is then left as it was.
+
+    The ranks leave the sequence of collectives only together: rank 0 creates ``path.tmp`` (agreed), every
+    rank opens it (agreed: a rank that cannot, such as one whose folder is on another disk, stops them all
+    before the blocks), then every rank takes part in every block's collectives to the end, even after a
+    failed write of its own, which it records and shares at the final agreement.
     """
     tmp = f"{path}.tmp"
+    where = f"rank {comm.rank} (host {socket.gethostname()})"
     error = None
     if comm.rank == 0:
         try:
@@ -51,33 +60,57 @@ def write_ordered(comm, path, header, plan, line_of):
                 f.write(header)
         except OSError as e:
             error = f"cannot write {path}: {e.strerror}"
-    comm.agree(error)
+    _agree_or_remove(comm, error, tmp)  # mpi4py: rank 0's outcome to every rank
     fd = None
     try:
         fd = os.open(tmp, os.O_WRONLY)
+    except OSError as e:
+        error = f"cannot write {path} on {where}: {e.strerror}"
+    _agree_or_remove(comm, error, tmp)  # mpi4py: every rank's outcome; all leave here together on failure
+    try:
         offset = len(header)
         mine = plan.rows(comm.rank)
         rounds = comm.allreduce(-(-mine // BLOCK_ROWS), "max")
         for b in range(rounds):
             lines = [line_of(k) for k in range(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))]
-            # Every rank's line lengths for this block; id = (block row) * P + rank.
+            # mpi4py: every rank's line lengths for this block; id = (block row) * P + rank.
             lengths = comm.allgather(np.array([len(x) for x in lines], dtype=np.int64))
             width = max(len(x) for x in lengths)
             table = np.zeros((width, comm.size), dtype=np.int64)
             for r, x in enumerate(lengths):
                 table[:len(x), r] = x
             starts = offset + np.cumsum(table.ravel()) - table.ravel()
-            for i, line in enumerate(lines):
-                os.pwrite(fd, line, int(starts[i * comm.size + comm.rank]))
             offset += int(table.sum())
-        os.fsync(fd)
-        error = None
-    except OSError as e:
-        error = f"cannot write {path}: {e.strerror}"
+            if error is None:  # after a failed write this rank writes no more, but still takes part
+                try:
+                    for i, line in enumerate(lines):
+                        os.pwrite(fd, line, int(starts[i * comm.size + comm.rank]))
+                except OSError as e:
+                    error = f"cannot write {path} on {where}: {e.strerror}"
+        if error is None:
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                error = f"cannot write {path} on {where}: {e.strerror}"
     finally:
-        if fd is not None:
-            os.close(fd)
-    comm.agree(error)
+        os.close(fd)
+    _agree_or_remove(comm, error, tmp)  # mpi4py: every rank's outcome of its writes
     if comm.rank == 0:
-        os.replace(tmp, path)
-    comm.barrier()
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            error = f"cannot write {path}: {e.strerror}"
+    _agree_or_remove(comm, error, tmp)  # mpi4py: rank 0's rename; on return the file is in place for all
+
+
+def _agree_or_remove(comm, error, tmp):
+    """comm.agree(error) (collective); when any rank failed, rank 0 removes ``tmp`` before every rank raises."""
+    try:
+        comm.agree(error)
+    except UserError:
+        if comm.rank == 0:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        raise

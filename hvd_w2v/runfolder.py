@@ -26,6 +26,55 @@ RECORD = "run.json"
 CHECKPOINTS = "checkpoints"
 
 
+# -- the folder itself ---------------------------------------------------------------------------------------
+
+def writable(comm, out, shared=True, name="--out"):
+    """Create the folder ``out`` and check that it can be written; UserError on every rank otherwise.
+
+    Collective: every rank calls it with the same arguments. ``shared`` (a folder every rank writes into, as
+    --out): every rank creates it and writes a probe file named after its rank, host and process; an
+    allgather of (host, probe, error) follows, so that every probe is written before any rank looks; then
+    rank 0 looks for every rank's probe and every other rank for rank 0's (2P lookups in all, not P^2: a
+    host that does not share rank 0's view of the folder is found either way), an allgather shares what each
+    could not see, and each rank removes its own probe. A folder on node-local disks (each host sees its
+    own) fails here, before anything is written to it; ``name`` names the folder's option in that message.
+    Not ``shared`` (a folder rank 0 alone writes, as --tensorboard): rank 0 alone checks, and the allgather
+    shares its outcome.
+    """
+    import socket
+
+    host, probe, error = socket.gethostname(), None, None
+    if shared or comm.rank == 0:
+        try:
+            os.makedirs(out, exist_ok=True)
+            probe = os.path.join(out, f".hvd-w2v-probe.rank-{comm.rank}.{host}.{os.getpid()}")
+            with open(probe, "w"):
+                pass
+        except OSError as e:
+            error = e.strerror or str(e)
+    views = comm.allgather((host, probe, error))  # mpi4py: every rank's host, probe and error, in rank order
+    failed = [r for r, (_, _, e) in enumerate(views) if e]
+    unseen = []
+    if shared:
+        others = range(1, comm.size) if comm.rank == 0 else [0]
+        first = None if failed else next((r for r in others if not os.path.exists(views[r][1])), None)
+        unseen = comm.allgather(first)  # mpi4py: the first rank whose probe each rank cannot see, or None
+    if probe:
+        try:
+            os.remove(probe)
+        except OSError:
+            pass
+    if failed:
+        r = failed[0]
+        on = f" on rank {r} (host {views[r][0]})" if shared and len(failed) < comm.size else ""
+        raise UserError(f"output folder {out} is not writable{on}: {views[r][2]}")
+    pairs = sorted((w, r) for r, w in enumerate(unseen) if w is not None)  # the lowest writer's first
+    if pairs:
+        w, r = pairs[0]
+        raise UserError(f"output folder {out} is not shared: rank {r} (host {views[r][0]}) cannot see the files "
+                        f"of rank {w} (host {views[w][0]}); {name} must be on a filesystem every host sees (NFS)")
+
+
 # -- the run's record ----------------------------------------------------------------------------------------
 
 def write_record(out, record):

@@ -215,14 +215,10 @@ def _chunks(pieces, chunk_bytes=None):
 
 
 def build(comm, paths, cfg, log=lambda m: None):
-    """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective)."""
-    error, pieces = None, []
-    try:
-        corpus.check_files(paths)
-        pieces = corpus.split(paths, comm.size)[comm.rank]
-    except UserError as e:
-        error = str(e)
-    merged, raw = count(comm, pieces, error)
+    """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective). UserError on every rank
+    when some rank cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
+    corpus.check_shared(comm, paths)
+    merged, raw = count(comm, corpus.split(paths, comm.size)[comm.rank])
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")

@@ -1,4 +1,5 @@
-"""A real single-node Slurm cluster on this machine, for tests/test_slurm.py and for trying slurm/ by hand.
+"""A real Slurm cluster on this machine, for tests/test_slurm.py and tests/test_hosts.py and for trying slurm/
+by hand: one node (this host), or one node per pretend host (tests/pretend_hosts.py, ``hosts=``).
 
     python tests/slurm_cluster.py                      # start; prints `export SLURM_CONF=...`; Ctrl-C stops it
     python tests/slurm_cluster.py srun -n 2 hostname   # start, run one command against it, stop
@@ -10,6 +11,11 @@ slurm.conf, slurmctld's state, slurmd's spool and every log. Nothing under /etc 
 slurm.conf's AuthInfo points them at this munged's socket, so a site's own munged and Slurm (if any) are left
 alone (the ports are free ones, not 6817/6818). The three daemons run in the foreground as children
 of this process and are stopped by their pids.
+
+On pretend hosts every daemon runs inside their sandbox: munged and slurmctld on the first host, a slurmd on
+each (its node name the host's name, its port 6818, 6819, ...; the ports are the sandbox's own), and every
+Slurm command of :meth:`SlurmCluster.run` on the first host. Jobs' tasks run on the host of their node, so
+they see its hostname and reach the other nodes over loopback TCP.
 
 Needs root (slurmd launches jobs as their owner, and munged and slurmd check who owns their files) and the
 Debian packages `slurm-wlm` and `munge` (mpi/setup installs them); :func:`unavailable` says why not otherwise.
@@ -62,16 +68,21 @@ def _free_ports(n):
 
 
 class SlurmCluster:
-    """One node (this host, 127.0.0.1) in one partition, `debug`. Use as a context manager, or start/stop."""
+    """One partition, `debug`, of one node (this host, 127.0.0.1) or of one node per host of ``hosts`` (a
+    started :class:`pretend_hosts.PretendHosts`; ``nodes``: which of its hosts, default all). Use as a context
+    manager, or start/stop."""
 
-    def __init__(self, folder=None, cred_expire=CRED_EXPIRE):
+    def __init__(self, folder=None, cred_expire=CRED_EXPIRE, hosts=None, nodes=None):
         self.keep = folder is not None
         self.folder = os.path.abspath(folder) if folder else tempfile.mkdtemp(prefix="hvd-w2v-slurm-")
+        os.makedirs(self.folder, exist_ok=True)
         self.cred_expire = cred_expire
+        self.hosts = hosts
+        self.nodes = list(nodes or (hosts.names if hosts else []))
         self.conf = os.path.join(self.folder, "slurm.conf")
         self.procs = {}
         # The Slurm commands (and jobs: sbatch exports the environment) find this cluster through SLURM_CONF.
-        self.env = dict(os.environ, SLURM_CONF=self.conf)
+        self.env = dict(hosts.env if hosts else os.environ, SLURM_CONF=self.conf)
 
     def __enter__(self):
         self.start()
@@ -93,7 +104,7 @@ class SlurmCluster:
 
     def _write_files(self):
         f = self.folder
-        for sub in ("munge", "state", "spool", "log"):
+        for sub in ("munge", "state", "spool", "log", "tmp"):
             os.makedirs(os.path.join(f, sub), exist_ok=True)
         # munged refuses a socket folder that others cannot enter, and a key that others can read.
         os.chmod(f, 0o755)
@@ -109,15 +120,30 @@ class SlurmCluster:
         if node is None:
             raise RuntimeError(f"slurmd -C printed no node line:\n{probe.stdout}{probe.stderr}")
         fields = dict(item.split("=", 1) for item in node.split() if "=" in item)
-        self.node = fields.pop("NodeName")
         hardware = " ".join(f"{k}={fields[k]}" for k in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket",
                                                           "ThreadsPerCore", "RealMemory") if k in fields)
-        # Free ports rather than 6817/6818, so that a site's Slurm on this host is not disturbed.
-        ctld_port, slurmd_port = _free_ports(2)
+        if self.hosts:
+            # The sandbox's own ports; every node on its own address (the hosts' /etc/hosts) and port.
+            ctld_port, slurmd_port = 6817, 6818
+            nodes = "\n".join(f"NodeName={n} NodeAddr={self.hosts.address[n]} Port={slurmd_port + i} {hardware} "
+                              f"State=UNKNOWN" for i, n in enumerate(self.nodes))
+            head = f"{self.nodes[0]}({self.hosts.address[self.nodes[0]]})"
+            for n in self.nodes:
+                os.makedirs(os.path.join(f, "spool", n), exist_ok=True)
+                os.makedirs(os.path.join(f, "tmp", n), exist_ok=True)
+        else:
+            # Free ports rather than 6817/6818, so that a site's Slurm on this host is not disturbed.
+            self.nodes = [fields["NodeName"]]
+            ctld_port, slurmd_port = _free_ports(2)
+            nodes = f"NodeName={self.nodes[0]} NodeAddr=127.0.0.1 {hardware} State=UNKNOWN"
+            head = f"{self.nodes[0]}(127.0.0.1)"
+            os.makedirs(os.path.join(f, "spool", self.nodes[0]), exist_ok=True)
+            os.makedirs(os.path.join(f, "tmp", self.nodes[0]), exist_ok=True)
+        self.node = self.nodes[0]
         conf = f"""\
 # Written by tests/slurm_cluster.py: a single-node cluster for tests; see that file.
 ClusterName=hvdw2v
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={head}
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser=root
@@ -127,11 +153,14 @@ CredType=cred/munge
 # socket: this cluster's munged; cred_expire: also the delay before a requeued job may start again.
 AuthInfo=socket={f}/munge/munge.socket,cred_expire={self.cred_expire}
 StateSaveLocation={f}/state
-SlurmdSpoolDir={f}/spool
+# %n: the node's name, so that the slurmds of several nodes on one machine keep apart; TmpFS is where the
+# PMIx plugin makes its folders.
+SlurmdSpoolDir={f}/spool/%n
+TmpFS={f}/tmp/%n
 SlurmctldPidFile={f}/slurmctld.pid
-SlurmdPidFile={f}/slurmd.pid
+SlurmdPidFile={f}/slurmd-%n.pid
 SlurmctldLogFile={f}/log/slurmctld.log
-SlurmdLogFile={f}/log/slurmd.log
+SlurmdLogFile={f}/log/slurmd-%n.log
 # No cgroups (containers often lack them): processes tracked by parent id, tasks not pinned.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -148,19 +177,25 @@ KillWait=10
 # as its begin time has passed.
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
-NodeName={self.node} NodeAddr=127.0.0.1 {hardware} State=UNKNOWN
+{nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
         with open(self.conf, "w") as c:
             c.write(conf)
 
-    def _spawn(self, name, args):
+    def _spawn(self, name, args, host=None):
         log = open(os.path.join(self.folder, "log", f"{name}.console"), "ab")
         # Own session: a Ctrl-C meant for the test runner does not reach the daemons; stop() ends them.
-        self.procs[name] = subprocess.Popen([find(args[0]), *args[1:]], env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        self.procs[name] = subprocess.Popen(self._on(host, [find(args[0]), *args[1:]]), env=self.env,
+                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True)
         log.close()
+
+    def _on(self, host, args, cwd=None):
+        """``args`` as run on ``host`` (default: the first node's), or as they are without pretend hosts."""
+        if not self.hosts:
+            return args
+        return self.hosts.command(host or self.nodes[0], args, cwd or os.getcwd())
 
     def _start_daemons(self, timeout):
         m = os.path.join(self.folder, "munge")
@@ -169,9 +204,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                                f"--pid-file={m}/munged.pid", f"--seed-file={m}/munged.seed"])
         self._wait(lambda: os.path.exists(f"{m}/munge.socket"), timeout, "munged to open its socket")
         self._spawn("slurmctld", ["slurmctld", "-D", "-i"])
-        self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
-        self._wait(lambda: self.run(["sinfo", "-h", "-n", self.node, "-o", "%T"], check=False, timeout=10)
-                   .stdout.strip() == "idle", timeout, f"node {self.node} to be idle")
+        for n in self.nodes:
+            self._spawn(f"slurmd-{n}", ["slurmd", "-D", "-N", n], host=n)
+        every = ",".join(self.nodes)
+        self._wait(lambda: self.run(["sinfo", "-h", "-n", every, "-o", "%T %D"], check=False, timeout=10)
+                   .stdout.strip() == f"idle {len(self.nodes)}", timeout, f"nodes {every} to be idle")
 
     def _wait(self, ready, timeout, what):
         deadline = time.monotonic() + timeout
@@ -189,8 +226,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         """A Slurm command against this cluster, bounded by ``timeout`` s, with ``env`` added to the
         environment (sbatch passes it on to the job); CompletedProcess (text)."""
         try:
-            result = subprocess.run(args, env=dict(self.env, **(env or {})), cwd=cwd, capture_output=True,
-                                    text=True, timeout=timeout)
+            result = subprocess.run(self._on(None, args, cwd), env=dict(self.env, **(env or {})), cwd=cwd,
+                                    capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise RuntimeError(f"{' '.join(args)}: no answer in {timeout} s\n{self.logs()}") from e
         if check and result.returncode != 0:
@@ -240,7 +277,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                         time.sleep(0.5)
             except (RuntimeError, OSError):
                 pass  # stop the daemons regardless
-        for name in reversed(DAEMONS):  # slurmd, slurmctld, then munged, which they talk to
+        # slurmds, slurmctld, then munged, which they talk to
+        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue

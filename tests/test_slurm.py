@@ -48,12 +48,12 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
-def submit(cluster, out, corpus):
-    """sbatch the template from the checkout (its submit folder finds slurm/run-train and .venv) with 2 tasks;
-    returns the job id and its output file."""
+def submit(cluster, out, corpus, template=TEMPLATE, shape=("-n", "2"), options=OPTIONS, env=None):
+    """sbatch ``template`` from the checkout (its submit folder finds slurm/run-train and .venv) with the
+    allocation ``shape``; returns the job id and its output file."""
     log = out.parent / f"{out.name}.log"
-    result = cluster.run(["sbatch", "--parsable", "-n", "2", "-o", str(log), str(TEMPLATE), *OPTIONS],
-                         cwd=ROOT, env={"CORPUS": corpus, "OUT": str(out)})
+    result = cluster.run(["sbatch", "--parsable", *shape, "-o", str(log), str(template), *options],
+                         cwd=ROOT, env=dict(env or {}, CORPUS=str(corpus), OUT=str(out)))
     return result.stdout.strip().split(";")[0], log
 
 
@@ -101,6 +101,13 @@ def test_single_node_job_trains_and_completes(uninterrupted):
 def test_usr1_checkpoints_requeues_and_resumes(cluster, corpus, uninterrupted, tmp_path):
     out = tmp_path / "out"
     job_id, log = submit(cluster, out, corpus)
+    interrupt_and_resume(cluster, job_id, log, out, 2, vectors(uninterrupted[2]))
+
+
+def interrupt_and_resume(cluster, job_id, log, out, ranks, reference):
+    """SIGUSR1 to the batch shell of job ``job_id`` once training has started; asserts that the ranks
+    checkpoint, the job requeues itself, resumes from that checkpoint and ends COMPLETED after one restart
+    with the ``reference`` vectors. Returns the job's output."""
     deadline = time.monotonic() + JOB_TIMEOUT
     while not re.search(r"^train: ", text(log), re.M):  # logged just before the first step
         assert time.monotonic() < deadline and not finished(cluster.job(job_id)), \
@@ -121,7 +128,7 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, corpus, uninterrupted, t
     # In this order: the signal, the checkpoint, the requeue, the second run with --resume, the resume from
     # that very checkpoint, the end.
     marks = ["SIGUSR1: asking the ranks to checkpoint", saved.group(0), "hvd-w2v exited with 75: requeueing job",
-             "run 2 on ", f"resume: step {step:,} of {total:,} from {path} (written on 2 ranks)",
+             "run 2 on ", f"resume: step {step:,} of {total:,} from {path} (written on {ranks} ranks)",
              f"export: {out}/vectors.bin", "hvd-w2v exited with 0"]
     where = [output.find(m) for m in marks]
     assert -1 not in where and where == sorted(where), list(zip(marks, where))
@@ -129,8 +136,8 @@ def test_usr1_checkpoints_requeues_and_resumes(cluster, corpus, uninterrupted, t
     assert second_run.rstrip().endswith("--resume"), second_run
     assert os.path.isdir(path)
 
-    _, _, reference = uninterrupted
-    a, b = vectors(out), vectors(reference)
-    assert a.keys() == b.keys()
-    diff = max(np.abs(a[w] - b[w]).max() for w in a)
+    a = vectors(out)
+    assert a.keys() == reference.keys()
+    diff = max(np.abs(a[w] - reference[w]).max() for w in a)
     assert diff < 1e-5, f"the resumed job's vectors differ from the uninterrupted job's by {diff:.2e}"
+    return output
