@@ -12,13 +12,12 @@ Contract:
 - the parent's failure message carries the job's output, so the failing rank's traceback is in the report.
 """
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+import bounded
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "mpi" / "launch"
@@ -56,48 +55,13 @@ def comm(nranks):
     return MPI.COMM_WORLD
 
 
-class LaunchResult:
-    """What one bounded launch did: exit code (None when killed), output, seconds, hung or not."""
-
-    def __init__(self, returncode, output, seconds, hung):
-        self.returncode, self.output, self.seconds, self.hung = returncode, output, seconds, hung
-
-    @property
-    def ok(self):
-        return self.returncode == 0 and not self.hung
-
-
 def launch(nranks, args, timeout=DEFAULT_TIMEOUT, env=None):
-    """Run ``args`` on ``nranks`` local ranks through mpi/launch, killed as a whole after ``timeout`` s."""
+    """Run ``args`` on ``nranks`` local ranks through mpi/launch, killed as a whole after ``timeout`` s; a
+    bounded.Result."""
     full_env = dict(os.environ, **(env or {}))
     full_env.setdefault("PYTHONUNBUFFERED", "1")
-    start = time.monotonic()
-    proc = subprocess.Popen([str(LAUNCH), "-n", str(nranks), "--threads", "1", *map(str, args)],
-                            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # own process group: a hung job is killed whole
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        hung = False
-    except subprocess.TimeoutExpired:
-        hung = True
-        _kill_group(proc)
-        out, _ = proc.communicate()
-    return LaunchResult(None if hung else proc.returncode, out.decode("utf-8", "replace"),
-                        time.monotonic() - start, hung)
-
-
-def _kill_group(proc):
-    # SIGTERM first: mpirun then signals its ranks; SIGKILL the group for whatever is left.
-    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            pass
+    return bounded.run([str(LAUNCH), "-n", str(nranks), "--threads", "1", *map(str, args)], timeout,
+                       env=full_env, cwd=ROOT)
 
 
 def launch_test(nodeid, nranks, timeout=DEFAULT_TIMEOUT):

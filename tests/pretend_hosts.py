@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import bounded
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -95,16 +97,6 @@ def unavailable():
     if missing:
         return f"pretend hosts need {', '.join(missing)} (util-linux, iproute2)"
     return None
-
-
-class Result:
-    """What one bounded command did: exit code (None when killed for taking too long), output, seconds."""
-
-    def __init__(self, returncode, output, seconds, hung):
-        self.returncode, self.output, self.seconds, self.hung = returncode, output, seconds, hung
-
-    def __repr__(self):
-        return f"Result(exit {self.returncode}, {self.seconds:.1f} s{', hung' if self.hung else ''})"
 
 
 class PretendHosts:
@@ -200,19 +192,8 @@ class PretendHosts:
 
     def run(self, host, args, timeout=120, env=None, cwd=ROOT):
         """Run ``args`` on ``host`` (default cwd: the checkout), bounded: after ``timeout`` s its process group
-        is killed and the Result says hung. Output is stdout and stderr together."""
-        start = time.monotonic()
-        proc = self.popen(host, args, env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            hung = False
-        except subprocess.TimeoutExpired:
-            hung = True
-            kill_group(proc)
-            out, _ = proc.communicate()
-        return Result(None if hung else proc.returncode, out.decode("utf-8", "replace"),
-                      time.monotonic() - start, hung)
+        is killed and the bounded.Result says hung. Output is stdout and stderr together."""
+        return bounded.run(self.command(host, args, cwd), timeout, env=dict(self.env, **(env or {})))
 
     def hostfile(self, path, slots):
         """Write an Open MPI hostfile: ``slots`` is {host: slots}, in order. Returns ``path``."""
@@ -268,20 +249,6 @@ class PretendHosts:
             self._sandbox.wait(30)
         if not self.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def kill_group(proc):
-    """SIGTERM the process group of ``proc`` (started in its own session), then SIGKILL what is left."""
-    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def main(argv):

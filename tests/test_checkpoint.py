@@ -18,7 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import LAUNCH, ROOT, _kill_group, launch
+from bounded import kill_group
+from conftest import LAUNCH, ROOT, launch
 from hvd_w2v.synthetic import generate
 
 ATOL = 1e-5  # as tests/test_train.py: float32 sums in another order on another rank count (measured ~1e-6)
@@ -81,7 +82,7 @@ def interrupt(corpus, out, nranks, sig, to_rank, early=False):
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines, sent, saved = [], None, None
-    bound = threading.Timer(90, _kill_group, [proc])  # a hung job is killed whole, ending the loop below
+    bound = threading.Timer(90, kill_group, [proc])  # a hung job is killed whole, ending the loop below
     bound.start()
     try:
         if early:
@@ -107,7 +108,7 @@ def interrupt(corpus, out, nranks, sig, to_rank, early=False):
     finally:
         bound.cancel()
         if proc.poll() is None:
-            _kill_group(proc)
+            kill_group(proc)
     assert sent, "".join(lines)[-3000:]
     return proc.returncode, "".join(lines), saved, time.monotonic() - sent
 

@@ -4,7 +4,8 @@ import signal
 import subprocess
 import time
 
-from conftest import LAUNCH, ROOT, _kill_group, launch
+from bounded import kill_group
+from conftest import LAUNCH, ROOT, launch
 from hvd_w2v.synthetic import generate
 
 BOUND = 30  # seconds from the kill to the end of the job
@@ -30,7 +31,7 @@ def kill_one_rank(corpus, out, options, ready, rank, pause=0.0):
         return proc, time.monotonic() - killed
     finally:
         if proc.poll() is None:
-            _kill_group(proc)
+            kill_group(proc)
 
 
 def test_kill_9_of_one_rank_ends_the_job(tmp_path):

@@ -22,9 +22,10 @@ import time
 import numpy as np
 import pytest
 
+from bounded import kill_group
 from conftest import ROOT
 from hvd_w2v.synthetic import generate
-from pretend_hosts import PretendHosts, kill_group, unavailable
+from pretend_hosts import PretendHosts, unavailable
 from slurm_cluster import SlurmCluster
 from slurm_cluster import unavailable as slurm_unavailable
 from test_slurm import interrupt_and_resume, submit, vectors
