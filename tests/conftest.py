@@ -55,12 +55,12 @@ def comm(nranks):
     return MPI.COMM_WORLD
 
 
-def launch(nranks, args, timeout=DEFAULT_TIMEOUT, env=None):
-    """Run ``args`` on ``nranks`` local ranks through mpi/launch, killed as a whole after ``timeout`` s; a
-    bounded.Result."""
+def launch(nranks, args, timeout=DEFAULT_TIMEOUT, env=None, threads=1):
+    """Run ``args`` on ``nranks`` local ranks of ``threads`` compute threads each through mpi/launch, killed
+    as a whole after ``timeout`` s; a bounded.Result."""
     full_env = dict(os.environ, **(env or {}))
     full_env.setdefault("PYTHONUNBUFFERED", "1")
-    return bounded.run([str(LAUNCH), "-n", str(nranks), "--threads", "1", *map(str, args)], timeout,
+    return bounded.run([str(LAUNCH), "-n", str(nranks), "--threads", str(threads), *map(str, args)], timeout,
                        env=full_env, cwd=ROOT)
 
 

@@ -19,9 +19,9 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
-def train(corpus, out, nranks, *options, env=None):
+def train(corpus, out, nranks, *options, env=None, threads=1):
     result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, "--epochs", "2", "--batch-words", "1024",
-                             "--quiet", "--show", "", *options], timeout=240, env=env)
+                             "--quiet", "--show", "", *options], timeout=240, env=env, threads=threads)
     assert result.ok, result.output[-3000:]
     return result
 
@@ -58,6 +58,18 @@ def test_same_vectors_on_any_rank_count(corpus, reference, tmp_path, arch, nrank
     diff = np.abs(got.vectors - ref.vectors).max()
     assert diff < ATOL, f"{nranks} ranks differ from 1 rank by {diff:.2e}"
     assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
+
+
+@pytest.mark.parametrize("arch", ["--sg", "--cbow"])
+@pytest.mark.parametrize("nranks, threads", [(1, 2), (1, 3), (2, 2)], ids=["1x2", "1x3", "2x2"])
+def test_same_vectors_on_any_thread_count(corpus, reference, tmp_path, arch, nranks, threads):
+    """Ranks x threads (oversubscribed on 2 cores): the fused op cuts a step's centres into one chunk per
+    thread and sums the chunks' updates in chunk order, so only the order of float32 sums changes, as between
+    rank counts (1 x 1 is the reference, 2 x 1 the test above)."""
+    result = train(corpus, str(tmp_path), nranks, *ARCH[arch], threads=threads)
+    diff = np.abs(load(f"{tmp_path}/vectors.bin").vectors - reference[arch].vectors).max()
+    assert f"{threads} threads each" in result.output, result.output[-2000:]
+    assert diff < ATOL, f"{nranks} ranks x {threads} threads differ from 1 x 1 by {diff:.2e}"
 
 
 @pytest.mark.parametrize("arch", ["--sg", "--cbow"])

@@ -1,4 +1,5 @@
-"""Throughput side by side: gensim Word2Vec with 1 and 2 workers, hvd-w2v with 1, 2 and 4 ranks, in one run.
+"""Throughput side by side: gensim Word2Vec with 1 and 2 workers, hvd-w2v with 1, 2 and 4 ranks and 1 rank x 2
+threads, in one run.
 
     python -m hvd_w2v.bench.throughput                      # first 150,000 lines of the real corpus, 3 repeats
     python -m hvd_w2v.bench.throughput --lines 0 --repeats 1  # the whole corpus, once
@@ -6,7 +7,8 @@
 Run from the checkout (hvd-w2v is launched through mpi/launch). Every trainer runs in its own process, one
 after the other, ``--repeats`` times in turn; the table shows medians. Words per second count raw corpus
 tokens over the training loop alone (gensim's ``train()``, hvd-w2v's step loop; vocabulary and encoding are
-left out of both), as gensim counts them. hvd-w2v runs with one compute thread per rank. "1 rank" and
+left out of both), as gensim counts them. hvd-w2v runs with one compute thread per rank, but for the row
+"1 rank x 2 threads" (``--threads 2``, compared with gensim's 2 workers). "1 rank" and
 "1 worker" are pinned to one core (``taskset -c 0``): both have helper threads (hvd-w2v builds the next step's
 examples beside the step) that would otherwise borrow the second core. Ratios compare each hvd-w2v figure
 with gensim on the same number of cores
@@ -36,6 +38,10 @@ from . import plots
 from ..config import Config
 
 CEILING = "no exchange"  # the trainer name of run_halves' row
+THREADS = "threads"  # the trainer name of the rows of 1 rank with n threads
+# --trainers' names: trainer, n (workers, ranks or threads)
+TRAINERS = {"gensim-1": ("gensim", 1), "gensim-2": ("gensim", 2), "hvd-1": ("hvd-w2v", 1), "hvd-2": ("hvd-w2v", 2),
+            "hvd-4": ("hvd-w2v", 4), "threads-2": (THREADS, 2), "pair": (CEILING, 2)}
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = dict(vector_size=100, window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
 
@@ -69,8 +75,8 @@ def run_gensim(corpus, workers, epochs, sg):
 
 def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
     """One `hvd-w2v train` job with ``threads`` per rank; its summary lines parsed into figures."""
-    cmd = [*one_core(ranks * threads), *hvd_command(corpus, ranks, epochs, sg, f"hvd-{ranks}", workdir, extra,
-                                                    threads)]
+    cmd = [*one_core(ranks * threads), *hvd_command(corpus, ranks, epochs, sg, f"hvd-{ranks}x{threads}", workdir,
+                                                    extra, threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     text = out.stdout + out.stderr
     if out.returncode:
@@ -166,7 +172,8 @@ def plot(out, runs, med, peak, about):
         os.path.join(out, "throughput.png"), f"Throughput: {about}", ranks,
         {"hvd-w2v": [med(("hvd-w2v", n), "words_per_s") for n in ranks]}, "words per second (raw corpus tokens)",
         {**{worker(n): med(("gensim", n), "words_per_s") for n in gensim},
-         **({"hvd-w2v, 2 x 1 rank, no exchange": med((CEILING, 2), "words_per_s")} if (CEILING, 2) in runs else {})},
+         **({"hvd-w2v, 2 x 1 rank, no exchange": med((CEILING, 2), "words_per_s")} if (CEILING, 2) in runs else {}),
+         **({"hvd-w2v, 1 rank x 2 threads": med((THREADS, 2), "words_per_s")} if (THREADS, 2) in runs else {})},
         cores=os.cpu_count()))
     # gensim's processes differ by a few MiB between 1 and 2 workers: one line, the larger.
     most = max(gensim, key=lambda n: peak(("gensim", n)))
@@ -191,21 +198,31 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join("runs", "throughput"))
     p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
                    help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=4096 (repeatable)")
+    p.add_argument("--trainers", default=",".join(TRAINERS),
+                   help="which rows, comma-separated, from: %(default)s (gensim-1 and hvd-1 are always run: the "
+                        "ratios refer to them)")
     p.add_argument("--no-plot", action="store_true", help="print the table only, no PNG")
     args = p.parse_args(argv)
+    wanted = {"gensim-1", "hvd-1", *args.trainers.split(",")}
+    if wanted - set(TRAINERS):
+        p.error(f"--trainers: unknown {', '.join(sorted(wanted - set(TRAINERS)))}; known: {', '.join(TRAINERS)}")
+    if any(TRAINERS[k][1] > 1 for k in wanted if not k.startswith("gensim")):
+        wanted.add("gensim-2")  # what 2 cores are compared with
     os.makedirs(args.out, exist_ok=True)
     if not os.path.exists(args.corpus):
         raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
     corpus = prepare_corpus(args.corpus, args.lines, args.out)
     sg = not args.cbow
-    trainers = [("gensim", 1), ("gensim", 2), ("hvd-w2v", 1), ("hvd-w2v", 2), ("hvd-w2v", 4)]
-    trainers += [(CEILING, 2)] if (os.cpu_count() or 1) >= 2 else []  # the pair takes a core each
+    trainers = [t for k, t in TRAINERS.items() if k in wanted]
+    if (os.cpu_count() or 1) < 2 and (CEILING, 2) in trainers:
+        trainers.remove((CEILING, 2))  # the pair takes a core each
     halves = split_corpus(corpus, args.out) if (CEILING, 2) in trainers else None  # once, for every repeat
     runs = {t: [] for t in trainers}
     for r in range(args.repeats):
         for name, n in trainers:
             got = (run_gensim(corpus, n, args.epochs, sg) if name == "gensim"
                    else run_halves(halves, args.epochs, sg, args.out, args.hvd_option) if name == CEILING
+                   else run_hvd(corpus, 1, args.epochs, sg, args.out, args.hvd_option, threads=n) if name == THREADS
                    else run_hvd(corpus, n, args.epochs, sg, args.out, args.hvd_option))
             runs[(name, n)].append(got)
             print(f"repeat {r + 1}/{args.repeats}: {name} x{n}: {got['words_per_s']:,.0f} words/s",
@@ -220,8 +237,8 @@ def main(argv=None):
     for name, n in trainers:
         t = (name, n)
         wps = med(t, "words_per_s")
-        label = (f"{name}, {n} {'worker' if name == 'gensim' else 'rank'}{'s' if n > 1 else ''}" if name != CEILING
-                 else "2 x 1 rank, no exchange")
+        label = ("2 x 1 rank, no exchange" if name == CEILING else f"hvd-w2v, 1 rank x {n} threads" if name == THREADS
+                 else f"{name}, {n} {'worker' if name == 'gensim' else 'rank'}{'s' if n > 1 else ''}")
         if name == "gensim":
             print(f"{label:28} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
             continue
