@@ -10,21 +10,13 @@
 // -log sigmoid), count (pairs for skip-gram, centres with a context for CBOW). Every update is computed from
 // the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
 //
-// Threads: the centres are cut into as many contiguous chunks as TensorFlow's intra-op pool has threads (the
-// rank's --threads), each chunk run by one task of that pool. Chunk 0 adds into the output, chunk c > 0 into a
-// buffer of its own; the buffers are then added into the output row range by row range, in chunk order. So
-// the result depends on the thread count alone (the order of float32 sums), never on scheduling, and with one
-// thread it is the one-loop arithmetic exactly.
-//
-// Built by hvd_w2v/sgns.py (g++ with TensorFlow's flags) into a cache folder.
-#include <algorithm>
+// Built by hvd_w2v/sgns.py (g++ with TensorFlow's flags) into a cache folder; one thread, as each rank is.
 #include <cmath>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/platform/threadpool.h"
 
 using namespace tensorflow;
 
@@ -69,59 +61,6 @@ inline void sigmoid_and_loss(float f, bool positive, float* sig, double* loss) {
   *loss += (x >= 0 ? 0.f : -x) + log1p_unit(e);
 }
 
-// Centres [lo, hi) of one group: their updates added into ``up``, their loss and count into ``*loss``,
-// ``*count``. The loops of word2vec.c (skip-gram) and of its CBOW, on the snapshot ``rows``.
-void centres(bool sg, const float* rows, int d, int none, float alpha, const int32* ctx, int w,
-             const int32* tgt, int k1, int64_t lo, int64_t hi, float* up, double* loss, double* count) {
-  std::vector<float> work(d), hidden(d);
-  for (int64_t i = lo; i < hi; ++i) {
-    const int32* cs = ctx + i * w;
-    const int32* ts = tgt + i * k1;
-    if (sg) {
-      for (int j = 0; j < w; ++j) {
-        if (cs[j] == none) continue;
-        const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
-        std::fill(work.begin(), work.end(), 0.f);
-        for (int k = 0; k < k1; ++k) {
-          if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
-          const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
-          float sig;
-          sigmoid_and_loss(dot(l1, l2, d), k == 0, &sig, loss);
-          const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
-          axpy(grad, l2, work.data(), d);                          // word2vec.c's neu1e
-          axpy(grad, l1, up + static_cast<int64_t>(ts[k]) * d, d);
-        }
-        axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
-        *count += 1;
-      }
-    } else {
-      int m = 0;
-      std::fill(hidden.begin(), hidden.end(), 0.f);
-      for (int j = 0; j < w; ++j) {
-        if (cs[j] == none) continue;
-        axpy(1.f, rows + static_cast<int64_t>(cs[j]) * d, hidden.data(), d);
-        ++m;
-      }
-      if (m == 0) continue;  // a padding centre learns nothing
-      for (int x = 0; x < d; ++x) hidden[x] /= m;
-      std::fill(work.begin(), work.end(), 0.f);
-      for (int k = 0; k < k1; ++k) {
-        if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
-        const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
-        float sig;
-        sigmoid_and_loss(dot(hidden.data(), l2, d), k == 0, &sig, loss);
-        const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
-        axpy(grad, l2, work.data(), d);
-        axpy(grad, hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
-      }
-      // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
-      for (int j = 0; j < w; ++j)
-        if (cs[j] != none) axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
-      *count += 1;
-    }
-  }
-}
-
 class SgnsStep : public OpKernel {
  public:
   explicit SgnsStep(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("sg", &sg_)); }
@@ -138,77 +77,81 @@ class SgnsStep : public OpKernel {
     const int none = static_cast<int>(T - 1);
     const float* rows = rows_t.flat<float>().data();
 
-    // Every group checked, and where it starts in the step's list of centres.
-    std::vector<int64_t> start(ctxs.size() + 1, 0);
+    Tensor* up_t = nullptr;
+    OP_REQUIRES_OK(c, c->allocate_output(0, TensorShape({T - 1, d}), &up_t));
+    // Added into in place: no update ever goes to the "no context" row, which has no place here.
+    float* up = up_t->flat<float>().data();
+    std::fill(up, up + (T - 1) * d, 0.f);
+    std::vector<float> work(d), hidden(d);
+    double loss = 0.0, count = 0.0;
+
     for (int g = 0; g < ctxs.size(); ++g) {
       const Tensor& ctx_t = ctxs[g];
       const Tensor& tgt_t = tgts[g];
       OP_REQUIRES(c, ctx_t.dims() == 2 && tgt_t.dims() == 2 && ctx_t.dim_size(0) == tgt_t.dim_size(0),
                   errors::InvalidArgument("ctxs[g] [n, w] and tgts[g] [n, 1+K] must agree on n"));
+      const int64_t n = ctx_t.dim_size(0);
+      const int w = static_cast<int>(ctx_t.dim_size(1)), k1 = static_cast<int>(tgt_t.dim_size(1));
       const int32* ctx = ctx_t.flat<int32>().data();
       const int32* tgt = tgt_t.flat<int32>().data();
-      for (int64_t i = 0; i < ctx_t.NumElements(); ++i)
+      for (int64_t i = 0; i < n * w; ++i)
         OP_REQUIRES(c, ctx[i] >= 0 && ctx[i] <= none, errors::InvalidArgument("context row out of range"));
-      for (int64_t i = 0; i < tgt_t.NumElements(); ++i)
+      for (int64_t i = 0; i < n * k1; ++i)
         OP_REQUIRES(c, tgt[i] >= 0 && tgt[i] <= none, errors::InvalidArgument("target row out of range"));
-      start[g + 1] = start[g] + ctx_t.dim_size(0);
-    }
 
-    Tensor* up_t = nullptr;
-    OP_REQUIRES_OK(c, c->allocate_output(0, TensorShape({T - 1, d}), &up_t));
-    // Added into in place: no update ever goes to the "no context" row, which has no place here.
-    float* up = up_t->flat<float>().data();
-    const int64_t cells = (T - 1) * d;
-    std::fill(up, up + cells, 0.f);
-
-    thread::ThreadPool* pool = c->device()->tensorflow_cpu_worker_threads()->workers;
-    const int64_t total = start.back();
-    const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pool->NumThreads(), total)));
-    std::vector<std::vector<float>> extra(chunks - 1);  // chunk c > 0 adds into extra[c - 1]
-    std::vector<double> loss(chunks, 0.0), count(chunks, 0.0);
-    auto run = [&](int64_t first, int64_t last) {
-      for (int64_t k = first; k < last; ++k) {
-        float* out = up;
-        if (k > 0) {
-          extra[k - 1].assign(cells, 0.f);
-          out = extra[k - 1].data();
-        }
-        const int64_t lo = total * k / chunks, hi = total * (k + 1) / chunks;  // the chunk's centres
-        for (int g = 0; g < ctxs.size(); ++g) {
-          const int64_t a = std::max(lo, start[g]), b = std::min(hi, start[g + 1]);
-          if (a >= b) continue;
-          const Tensor& ctx_t = ctxs[g];
-          const Tensor& tgt_t = tgts[g];
-          centres(sg_, rows, d, none, alpha, ctx_t.flat<int32>().data(), static_cast<int>(ctx_t.dim_size(1)),
-                  tgt_t.flat<int32>().data(), static_cast<int>(tgt_t.dim_size(1)), a - start[g], b - start[g],
-                  out, &loss[k], &count[k]);
+      for (int64_t i = 0; i < n; ++i) {
+        const int32* cs = ctx + i * w;
+        const int32* ts = tgt + i * k1;
+        if (sg_) {
+          for (int j = 0; j < w; ++j) {
+            if (cs[j] == none) continue;
+            const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
+            std::fill(work.begin(), work.end(), 0.f);
+            for (int k = 0; k < k1; ++k) {
+              if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
+              const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
+              float sig;
+              sigmoid_and_loss(dot(l1, l2, d), k == 0, &sig, &loss);
+              const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
+              axpy(grad, l2, work.data(), d);                          // word2vec.c's neu1e
+              axpy(grad, l1, up + static_cast<int64_t>(ts[k]) * d, d);
+            }
+            axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+            count += 1;
+          }
+        } else {
+          int m = 0;
+          std::fill(hidden.begin(), hidden.end(), 0.f);
+          for (int j = 0; j < w; ++j) {
+            if (cs[j] == none) continue;
+            axpy(1.f, rows + static_cast<int64_t>(cs[j]) * d, hidden.data(), d);
+            ++m;
+          }
+          if (m == 0) continue;  // a padding centre learns nothing
+          for (int x = 0; x < d; ++x) hidden[x] /= m;
+          std::fill(work.begin(), work.end(), 0.f);
+          for (int k = 0; k < k1; ++k) {
+            if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
+            const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
+            float sig;
+            sigmoid_and_loss(dot(hidden.data(), l2, d), k == 0, &sig, &loss);
+            const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
+            axpy(grad, l2, work.data(), d);
+            axpy(grad, hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
+          }
+          // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
+          for (int j = 0; j < w; ++j)
+            if (cs[j] != none) axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+          count += 1;
         }
       }
-    };
-    if (chunks == 1) {
-      run(0, 1);
-    } else {
-      // One task per chunk (a cost far above the pool's threshold for splitting), then the chunks' buffers
-      // added into the output in chunk order, each task a range of rows, so no two tasks write one row.
-      pool->ParallelFor(chunks, 1 << 30, run);
-      const int64_t blocks = chunks * 4;
-      pool->ParallelFor(blocks, 1 << 30, [&](int64_t first, int64_t last) {
-        const int64_t lo = cells * first / blocks, hi = cells * last / blocks;
-        for (int k = 1; k < chunks; ++k) {
-          const float* src = extra[k - 1].data();
-#pragma omp simd
-          for (int64_t x = lo; x < hi; ++x) up[x] += src[x];
-        }
-      });
     }
-    double loss_sum = 0.0, count_sum = 0.0;
-    for (int k = 0; k < chunks; ++k) loss_sum += loss[k], count_sum += count[k];
     Tensor* loss_t = nullptr;
     Tensor* count_t = nullptr;
     OP_REQUIRES_OK(c, c->allocate_output(1, TensorShape({}), &loss_t));
     OP_REQUIRES_OK(c, c->allocate_output(2, TensorShape({}), &count_t));
-    loss_t->scalar<float>()() = static_cast<float>(loss_sum);
-    count_t->scalar<float>()() = static_cast<float>(count_sum);
+    loss_t->scalar<float>()() = static_cast<float>(loss);
+    count_t->scalar<float>()() = static_cast<float>(count);
   }
 
  private:
