@@ -482,8 +482,15 @@ class Saver:
         """Checkpoint ``model`` (its owners' slices current) as of global step ``done`` now; collective.
 
         Keeps the previous good checkpoint beside it and removes older ones. Train calls it for the last
-        step too, so a finished run keeps W_out and can be queried sharded or continued."""
-        path, nbytes, seconds = save(self.comm, self.root, model, done, self.meta)
+        step too, so a finished run keeps W_out and can be queried sharded or continued. Its phase for the stall
+        watchdog is "checkpoint", whose limit is at least the time to write the rows at watchdog.IO_BYTES_PER_SECOND."""
+        from .watchdog import io_budget
+
+        before = self.comm.watch.enter("checkpoint", step=done, budget=io_budget(model.rows.nbytes))
+        try:
+            path, nbytes, seconds = save(self.comm, self.root, model, done, self.meta)
+        finally:
+            self.comm.watch.leave(before)
         if self.comm.rank == 0:
             prune(self.root, {path, self.keep})
         self.keep = path

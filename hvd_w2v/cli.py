@@ -2,7 +2,9 @@
 
 Errors: bad input raises UserError on every rank (see comm.agree); rank 0 prints one line and all ranks exit
 with code 2. Any other exception is a bug or a fault: the rank prints its traceback with its rank prefix and
-calls MPI_Abort, so the whole job ends at once instead of leaving peers blocked in a collective.
+calls MPI_Abort, so the whole job ends at once instead of leaving peers blocked in a collective. A rank that
+waits for another longer than --stall-timeout ends the job with exit code 76 (hvd_w2v/watchdog.py); each
+command names its phases (comm.watch.enter) so that the line says where.
 """
 import argparse
 import os
@@ -23,7 +25,8 @@ def cmd_check(args):
     its thread budget and the ranks it reached over TCP (ranks on one host use shared memory)."""
     from . import comm as comm_mod
 
-    comm = comm_mod.init()
+    comm = comm_mod.init(stall_timeout=args.stall_timeout)
+    comm.watch.enter("check")
     if comm.rank == 0:
         import horovod
 
@@ -70,7 +73,10 @@ def config_from(args):
 
 def _default_corpus(comm):
     """The real English corpus (hvd_w2v.realcorpus), built by rank 0 on first use."""
+    from .watchdog import CORPUS_BUDGET
+
     error = None
+    before = comm.watch.enter("corpus", budget=CORPUS_BUDGET)  # rank 0 may download for minutes meanwhile
     if comm.rank == 0 and not os.path.exists(os.path.join(os.path.dirname(DEFAULT_CORPUS), ".complete")):
         from . import realcorpus
 
@@ -79,6 +85,7 @@ def _default_corpus(comm):
         except RuntimeError as e:
             error = f"cannot build the default corpus: {e}"
     comm.agree(error)
+    comm.watch.leave(before)
     return [DEFAULT_CORPUS]
 
 
@@ -93,6 +100,7 @@ def _vocabulary(args, check=None):
 
     cfg = config_from(args)
     comm = _start(args)
+    comm.watch.enter("vocab")
     say = lambda m: log(comm, m)  # noqa: E731
     runfolder.writable(comm, args.out)
     if not args.corpus:
@@ -130,12 +138,15 @@ def cmd_train(args):
     from . import checkpoint, runfolder
 
     saver = _saver(args)
+    record = {}  # OUT/run.json, filled in by _train_or_resume
+    if saver.comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
+        saver.comm.watchdog.on_stall = lambda info: _record_stall(args.out, record, info, saver)
     cfg, comm, say, paths, voc = _vocabulary(args, check)
     if args.tensorboard:
         runfolder.writable(comm, args.tensorboard, shared=False)  # rank 0 alone writes the scalars
+    comm.watch.enter("encode")
     stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
-    record = {}  # OUT/run.json, filled in by _train_or_resume
     try:
         model, stats = _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record)
     except checkpoint.Interrupted as e:
@@ -146,6 +157,9 @@ def cmd_train(args):
         return checkpoint.EXIT_INTERRUPTED
     finally:
         saver.restore()
+    from .watchdog import io_budget
+
+    comm.watch.enter("export", budget=io_budget(4 * model.w_in.nbytes))  # a text line: ~10 bytes a float
     for fmt in args.format:
         name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
         export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
@@ -157,6 +171,7 @@ def cmd_train(args):
         final = saver.write(record["total_steps"], model)
     import resource
 
+    comm.watch.enter("finish")
     rows = comm.allgather(model.w_in.shape[0])
     peak_mib = comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
     say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; peak resident MiB per rank {peak_mib}")
@@ -172,6 +187,7 @@ def cmd_train(args):
                        final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
                        exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4))
     _record(comm, args.out, record, **summary)
+    comm.watch.enter("query")
     probes = [w.encode() for w in args.show.split(",") if w]
     shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
     if shown:
@@ -185,7 +201,8 @@ def _start(args):
     from . import comm as comm_mod
 
     hot = getattr(args, "hot_rows", 0)
-    return comm_mod.init(args.threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS)
+    return comm_mod.init(args.threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS,
+                         stall_timeout=args.stall_timeout)
 
 
 def _saver(args):
@@ -202,6 +219,17 @@ def _saver(args):
                              lambda m: log(comm, m))
     saver.install(early)
     return saver
+
+
+def _record_stall(out, record, info, saver):
+    """The stall in the run's record (OUT/run.json): called by the watchdog thread of the rank that ends the
+    job, whichever it is (rank 0 may be the one stopped), just before it ends it; ``steps_done`` is the
+    steps that rank had done, ``checkpoint`` the newest one, where --resume goes on from."""
+    from . import runfolder
+
+    record.update(state="stalled", stall=info, steps_done=info["step"],
+                  **({"checkpoint": saver.keep} if saver.keep else {}))
+    runfolder.write_record(out, record)
 
 
 def _record(comm, out, record, **changes):
@@ -226,6 +254,7 @@ def _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record):
     from .shard import RowPlan
 
     # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
+    comm.watch.enter("load")
     vocab_sha = checkpoint.file_sha256(comm, os.path.join(args.out, "vocab.txt"))
     resumed = None
     if args.resume:
@@ -294,9 +323,10 @@ def _memory_plan(comm, cfg, voc, paths, limit):
 EVAL_DIR = os.path.join("data", "real", "eval")
 
 
-def _load_model(path, step=None):
+def _load_model(path, step=None, stall_timeout=None):
     """Start the ranks and read a model, each rank keeping its own rows: a word2vec file, or a run folder's
-    newest checkpoint (``step``: that one) or a checkpoint folder. Collective; returns (comm, ShardedVectors)."""
+    newest checkpoint (``step``: that one) or a checkpoint folder. Collective; returns (comm, ShardedVectors).
+    ``stall_timeout``: the watchdog's limit (comm.init)."""
     from . import comm as comm_mod
     from . import runfolder
     from .comm import log
@@ -305,16 +335,21 @@ def _load_model(path, step=None):
     if not os.path.isdir(path):
         if step is not None:
             raise UserError("--step chooses a checkpoint of a run folder; the model given is a word2vec file")
-        comm = comm_mod.init()
+        comm = comm_mod.init(stall_timeout=stall_timeout)
+        comm.watch.enter("load")
         vectors = load(comm, path)
         log(comm, f"load: {path}: {vectors.plan.vocab_size:,} words of {vectors.unit.shape[1]} dimensions, "
                   f"{vectors.plan}")
+        comm.watch.enter("query")
         return comm, vectors
-    comm = comm_mod.init()
+    comm = comm_mod.init(stall_timeout=stall_timeout)
+    comm.watch.enter("load")
     model = runfolder.load(comm, path, step, lambda m: log(comm, m))
     log(comm, f"load: {model.describe()}")
     _note_finished(comm, model)
-    return comm, model.sharded(comm)
+    vectors = model.sharded(comm)
+    comm.watch.enter("query")
+    return comm, vectors
 
 
 def _note_finished(comm, model):
@@ -338,7 +373,7 @@ def cmd_evaluate(args):
 
     if args.restrict < 1:
         raise UserError(f"--restrict must be at least 1, not {args.restrict}")
-    comm, vectors = _load_model(args.vectors, args.step)
+    comm, vectors = _load_model(args.vectors, args.step, args.stall_timeout)
     rows = []
     if args.analogies:
         a = evaluate.analogies(vectors, args.analogies, restrict=args.restrict, method=args.method)
@@ -370,7 +405,7 @@ def cmd_neighbors(args):
     """The nearest words (cosine) of each given word, scored on the sharded rows."""
     if args.topn < 1:
         raise UserError(f"--topn must be at least 1, not {args.topn}")
-    comm, vectors = _load_model(args.vectors, args.step)
+    comm, vectors = _load_model(args.vectors, args.step, args.stall_timeout)
     words = [w.encode() for w in args.words]
     shown = vectors.neighbors(words, topn=args.topn)
     if comm.rank == 0:
@@ -387,7 +422,7 @@ def cmd_analogy(args):
     if args.topn < 1:
         raise UserError(f"--topn must be at least 1, not {args.topn}")
     queries = [tuple(w.encode() for w in words[i:i + 3]) for i in range(0, len(words), 3)]
-    comm, vectors = _load_model(args.vectors, args.step)
+    comm, vectors = _load_model(args.vectors, args.step, args.stall_timeout)
     answers = vectors.analogy(queries, topn=args.topn, method=args.method)
     if comm.rank == 0:
         _emit(f"{b.decode()} - {a.decode()} + {c.decode()}: "
@@ -402,6 +437,7 @@ def cmd_encode(args):
     from . import encode
 
     cfg, comm, say, paths, voc = _vocabulary(args)
+    comm.watch.enter("encode")
     encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
     return 0
 
@@ -412,12 +448,16 @@ def cmd_export(args):
     from . import export, runfolder
     from .comm import log
 
-    comm = comm_mod.init()
+    from .watchdog import io_budget
+
+    comm = comm_mod.init(stall_timeout=args.stall_timeout)
+    comm.watch.enter("load")
     say = lambda m: log(comm, m)  # noqa: E731
     model = runfolder.load(comm, args.run, args.step, say)
     say(f"load: {model.describe()}")
     _note_finished(comm, model)
     out = args.out or model.run
+    comm.watch.enter("export", budget=io_budget(4 * model.w_in.nbytes))
     runfolder.writable(comm, out, name="--out" if args.out else "the run folder")
     for fmt in args.format:
         name = os.path.join(out, f"vectors-step-{model.manifest['step']}.{'bin' if fmt == 'binary' else 'txt'}")
@@ -449,6 +489,7 @@ def add_corpus_options(p):
     g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
                    help="keep at most this many most frequent words, 0: all (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
+    _add_stall_option(p)
     _add_config_option(p)
 
 
@@ -505,6 +546,23 @@ def _model_defaults():
     return dict(dim=d.dim, window=d.window, negative=d.negative, sample=d.sample, epochs=d.epochs, alpha=d.alpha,
                 min_alpha=d.min_alpha, sg=d.sg, seed=d.seed, batch_words=d.batch_words, hot_rows=d.hot_rows,
                 update_cap=d.update_cap, span=d.span)
+
+
+def _add_stall_option(p):
+    p.add_argument("--stall-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="a rank that has waited this long for the others ends the job with exit code 76, naming "
+                        "the ranks and hosts that did not come; 0: never (default: the larger of 120 s and 50 "
+                        "median training steps; README, 'Stalls')")
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants seconds, got {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"wants 0 (off) or more seconds, got {text}")
+    return value
 
 
 def _add_config_option(p):
@@ -597,6 +655,7 @@ def parser():
     x.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
                    help="word2vec formats (default: both)")
     x.add_argument("--out", default=None, metavar="DIR", help="folder for the files (default: the run folder)")
+    _add_stall_option(x)
     _add_config_option(x)
     x.set_defaults(func=cmd_export)
 
@@ -617,6 +676,7 @@ def parser():
     e.add_argument("--method", choices=["3cosadd", "3cosmul"], default="3cosadd",
                    help="analogy objective (default: %(default)s)")
     e.add_argument("--sections", action="store_true", help="also print the accuracy of each analogy section")
+    _add_stall_option(e)
     _add_config_option(e)
     e.set_defaults(func=cmd_evaluate)
 
@@ -627,6 +687,7 @@ def parser():
     _add_model_argument(b, "the model to query")
     b.add_argument("words", nargs="+", metavar="WORD", help="words to look up (exact spelling)")
     b.add_argument("--topn", type=int, default=10, help="neighbours per word (default: %(default)s)")
+    _add_stall_option(b)
     _add_config_option(b)
     b.set_defaults(func=cmd_neighbors)
 
@@ -643,6 +704,7 @@ def parser():
     a.add_argument("--topn", type=int, default=10, help="answers per query (default: %(default)s)")
     a.add_argument("--method", choices=["3cosadd", "3cosmul"], default="3cosadd",
                    help="analogy objective (default: %(default)s)")
+    _add_stall_option(a)
     _add_config_option(a)
     a.set_defaults(func=cmd_analogy)
 
@@ -663,13 +725,15 @@ def parser():
     c = _command(sub, "check", "check the MPI/Horovod/TensorFlow stack on the launched ranks", [
         "mpi/launch -n 2 hvd-w2v check",
     ])
+    _add_stall_option(c)
     c.set_defaults(func=cmd_check)
     p.commands = sub.choices  # {name: subparser}, for --config (configfile.apply)
     return p
 
 
 def main(argv=None):
-    """Run one command; returns its exit code (0, 1, EXIT_USAGE on bad input, 75 when interrupted)."""
+    """Run one command; returns its exit code (0, 1, EXIT_USAGE on bad input, 75 when interrupted; a stalled
+    job ends with 76 from its watchdog, hvd_w2v/watchdog.py)."""
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -679,13 +743,16 @@ def main(argv=None):
             # The file's values become the command's defaults, then the command line is parsed again over them.
             configfile.apply(p.commands, args.command, args.config)
             args = p.parse_args(argv)
-        return args.func(args)
+        code = args.func(args)
+        _finish()
+        return code
     except UserError as e:
         if _rank() == 0:
             from .progress import end_line
 
             end_line()
             print(f"hvd-w2v: error: {e}", file=sys.stderr, flush=True)
+        _finish()  # every rank raised it (comm.agree): they leave together
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -698,14 +765,22 @@ def main(argv=None):
         raise
 
 
+def _finish():
+    """The watched last barrier and the watchdog's stop (comm.finish), when this command started MPI."""
+    if "hvd_w2v.comm" in sys.modules:
+        comm_mod = sys.modules["hvd_w2v.comm"]
+        comm_mod.finish(comm_mod._COMM)
+
+
 def _rank():
-    if "mpi4py.MPI" in sys.modules:
+    if "mpi4py.MPI" in sys.modules and sys.modules["mpi4py.MPI"].Is_initialized():
         return sys.modules["mpi4py.MPI"].COMM_WORLD.Get_rank()
     return int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
 
 
 def _abort():
-    if "mpi4py.MPI" in sys.modules and sys.modules["mpi4py.MPI"].COMM_WORLD.Get_size() > 1:
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_initialized() and MPI.COMM_WORLD.Get_size() > 1:
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(1)
 
 

@@ -9,7 +9,11 @@ Who uses what, and why:
   negotiates every call whose shape changes (figures: `python -m hvd_w2v.bench.collectives`).
 
 Every method here is collective: all ranks must call it, in the same order, with compatible arguments.
+Each counts itself in the rank's watchdog.Beat (``Comm.watch``: calls entered, and whether the main thread is
+inside one now), which the stall watchdog reads (hvd_w2v/watchdog.py): two assignments a call.
 """
+import atexit
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -39,17 +43,39 @@ class Part:
     own: bool = True
 
 
+def _collective(method):
+    """A collective method, counted in ``self.watch`` while it runs (the watchdog's view of the main thread)."""
+    @functools.wraps(method)
+    def counted(self, *args, **kwargs):
+        watch = self.watch
+        watch.calls += 1
+        watch.inside = True
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            watch.inside = False
+    return counted
+
+
 class Comm:
-    """The job's ranks: ``rank`` in ``[0, size)``. Built by :func:`init`; one per process."""
+    """The job's ranks: ``rank`` in ``[0, size)``. Built by :func:`init`; one per process.
+
+    ``watch``: this rank's watchdog.Beat (phase, steps done, collectives entered), which the main thread keeps
+    and the stall watchdog (``watchdog``, None when off or on one rank) reads."""
 
     def __init__(self, mpi_comm, hvd):
+        from .watchdog import Beat
+
         self.mpi = mpi_comm
         self.hvd = hvd
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self._calls = 0
+        self.watch = Beat(self.rank)
+        self.watchdog = None
 
     # -- dense, replicated tensors: Horovod ----------------------------------------------------------
+    @_collective
     def allreduce_dense(self, array, average=False):
         """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. Waits for
         Horovod's next cycle (HOROVOD_CYCLE_MS)."""
@@ -63,6 +89,7 @@ class Comm:
         out = self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=f"dense.{self._calls}")
         return out.numpy()
 
+    @_collective
     def broadcast_dense(self, array, root=0):
         """Rank ``root``'s array on every rank, via Horovod (same shape and dtype on all ranks)."""
         import tensorflow as tf
@@ -71,6 +98,7 @@ class Comm:
         return self.hvd.broadcast(tf.convert_to_tensor(array), root, name=f"bcast.{self._calls}").numpy()
 
     # -- sparse, per-destination traffic: mpi4py -----------------------------------------------------
+    @_collective
     def alltoallv(self, send, counts, recv_counts=None, out=None):
         """Exchange rows by destination.
 
@@ -93,6 +121,7 @@ class Comm:
         self.mpi.Alltoallv(_spec(send, counts), _spec(recv, recv_counts))
         return recv, recv_counts
 
+    @_collective
     def alltoallv_many(self, parts, idle=None):
         """Several alltoallv at once: ``parts`` lists :class:`Part`; returns the received arrays in that order.
 
@@ -129,12 +158,14 @@ class Comm:
                 break
         return received
 
+    @_collective
     def alltoall_ints(self, values):
         """One int64 to each rank: ``values[d]`` goes to rank ``d``; returns what each rank sent here."""
         out = np.empty(self.size, dtype=np.int64)
         self.mpi.Alltoall(np.ascontiguousarray(values, dtype=np.int64), out)
         return out
 
+    @_collective
     def allgather(self, obj):
         """A small picklable value from every rank, as a list in rank order."""
         return self.mpi.allgather(obj)
@@ -149,20 +180,24 @@ class Comm:
         out = np.empty_like(send)
         request = self.mpi.Iallreduce(send, out, op=MPI.SUM)
 
-        def wait(buffers=(send, out)):  # holds both buffers until the sum is in
+        @_collective
+        def wait(self, buffers=(send, out)):  # holds both buffers until the sum is in
             request.Wait()
             return buffers[1]
-        return wait
+        return functools.partial(wait, self)
 
+    @_collective
     def allreduce(self, value, op="sum"):
         """A small scalar reduced over ranks (``op`` is "sum", "max" or "min")."""
         from mpi4py import MPI
 
         return self.mpi.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
 
+    @_collective
     def barrier(self):
         self.mpi.Barrier()
 
+    @_collective
     def agree(self, error):
         """Share bad-input errors: ``error`` is this rank's message or None.
 
@@ -209,17 +244,28 @@ HOROVOD_CYCLE_MS = 250
 HOT_ROWS_CYCLE_MS = 50
 
 
-def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS):
+def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     """Start MPI and Horovod once per process and return the :class:`Comm`.
 
     ``threads`` (default: $HVD_W2V_THREADS, else 1) is this rank's TensorFlow compute-thread budget; it must be
     set before TensorFlow runs any op, so it is applied here. ``cycle_ms``: Horovod's cycle, unless
-    $HOROVOD_CYCLE_TIME is set.
+    $HOROVOD_CYCLE_TIME is set. ``stall_timeout``: the stall watchdog's limit in seconds (hvd_w2v/watchdog.py;
+    None: automatic, 0: off). On more than one rank the watchdog runs from MPI's start on: over Horovod's start
+    and everything after it; MPI's own start is watched by watchdog.starting.
     """
     global _COMM
     if _COMM is not None:
         return _COMM
-    from mpi4py import MPI  # first: mpi4py initialises MPI, Horovod then shares it
+    from . import watchdog
+
+    MPI = _start_mpi(stall_timeout)  # first: MPI is up before Horovod, which then shares it
+    world = MPI.COMM_WORLD
+    beat = watchdog.Beat(world.Get_rank())
+    dog = None
+    if world.Get_size() > 1 and stall_timeout != 0:
+        dog = watchdog.Watchdog(world, beat, stall_timeout).start()
+        atexit.register(dog.stop)  # before MPI_Finalize (mpi4py's, at exit): no MPI call may be in flight then
+    beat.enter("start")
 
     import tensorflow as tf
     import horovod.tensorflow as hvd
@@ -228,12 +274,74 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS):
     threads = int(threads or os.environ.get("HVD_W2V_THREADS", "1"))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    hvd.init(comm=MPI.COMM_WORLD)
+    beat.calls, beat.inside = beat.calls + 1, True  # Horovod's start is collective: every rank must come
+    hvd.init(comm=world)
+    beat.inside = False
     if not hvd.mpi_threads_supported():
         raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
-    _COMM = Comm(MPI.COMM_WORLD, hvd)
+    _COMM = Comm(world, hvd)
     _COMM.threads = threads
+    _COMM.watch, _COMM.watchdog = beat, dog
     return _COMM
+
+
+def _start_mpi(stall_timeout):
+    """mpi4py's MPI module, with MPI started (MPI_THREAD_MULTIPLE: the watchdog thread sends and receives
+    while the main thread waits in a collective).
+
+    MPI_Init waits for every rank. mpi4py calls it holding Python's lock, so no other thread could run while
+    it waits; called through ctypes, which lets go of the lock, the start's timer (watchdog.starting) can end
+    a rank held there by a peer that never comes. mpi4py then finalizes MPI at exit as usual."""
+    import mpi4py
+
+    if "mpi4py.MPI" not in sys.modules:
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = True
+    from mpi4py import MPI
+
+    if MPI.Is_initialized():
+        return MPI
+    from . import watchdog
+
+    watchdog.inject("mpi", watchdog.env_rank()[0])
+    started = watchdog.starting(stall_timeout)
+    library = _libmpi()
+    if library is None:  # not Linux, or MPI linked statically: the start is not watched
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+    else:
+        import ctypes
+
+        provided = ctypes.c_int(-1)
+        code = ctypes.CDLL(library).MPI_Init_thread(None, None, ctypes.c_int(MPI.THREAD_MULTIPLE),
+                                                    ctypes.byref(provided))
+        if code != 0:
+            raise RuntimeError(f"MPI_Init_thread failed with error code {code}")
+        for c in (MPI.COMM_SELF, MPI.COMM_WORLD):  # what mpi4py's own start sets: errors raise, never abort
+            c.Set_errhandler(MPI.ERRORS_RETURN)
+    started()
+    return MPI
+
+
+def _libmpi():
+    """The path of the MPI library mpi4py loaded (from /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            return next((line.split(None, 5)[5].strip() for line in f
+                         if "/libmpi.so" in line and len(line.split(None, 5)) == 6), None)
+    except OSError:
+        return None
+
+
+def finish(comm):
+    """The end of a command on every rank: one last barrier, watched (a rank still busy, e.g. rank 0 writing
+    the run's record on a stuck filesystem, would otherwise hold the others in MPI_Finalize, unwatched), then
+    the watchdog stops. Collective; nothing when MPI was not started."""
+    if comm is None:
+        return
+    if comm.watchdog is not None:
+        comm.watch.enter("finish")
+        comm.barrier()
+        comm.watchdog.stop()
 
 
 def layout(comm):

@@ -9,7 +9,10 @@ own stderr is, or 0 when it is not one. Without that variable (a process started
 stderr.isatty() decides.
 
 The log line's format is parsed by benchmarks: ``train: {percent:5.1f}%  epoch e/E  {words/s:,.0f} words/s
-loss ...  alpha ...  eta ... s`` (two spaces between fields); keep it as it is.
+loss ...  alpha ...  eta ... s`` (two spaces between fields); keep it as it is. On more than one rank one
+field follows: ``slowest rank R +X ms/step``, how much longer per step the slowest rank worked (its time
+outside the exchange) than the fastest since the report before: a rank that falls behind shows there long
+before it stalls the job (hvd_w2v/watchdog.py).
 """
 import os
 import sys
@@ -65,6 +68,17 @@ def _clock(seconds):
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
+def slowest_lag(work, steps):
+    """(the slowest rank, how many ms per step longer it worked than the fastest) from every rank's ``work``
+    seconds over ``steps`` steps; None on one rank or without figures. Work is a rank's time outside the
+    exchange: the ranks meet twice a step, so what the slowest works more, every other rank waits."""
+    if work is None or len(work) < 2 or steps <= 0:
+        return None
+    work = np.asarray(work, np.float64)
+    slowest = int(np.argmax(work))
+    return slowest, 1000.0 * float(work[slowest] - work.min()) / steps
+
+
 class Progress:
     """What train.train calls at every loss report (every rank, same steps).
 
@@ -93,13 +107,15 @@ class Progress:
         return progress if isinstance(progress, Progress) else cls(comm)
 
     def report(self, step, first, total_steps, epoch, epochs, words, seconds, loss, alpha, exchange_seconds,
-               bytes_sent):
+               bytes_sent, work=None, steps=0):
         """After global step ``step`` (1-based) of ``total_steps``; this process started after step ``first``
         and has run ``seconds``. ``words``: raw corpus words over all epochs; ``loss``: mean per pair since the
         last report (all ranks); ``alpha``: the step's learning rate; ``exchange_seconds`` and ``bytes_sent``:
-        this rank's exchange time and bytes sent to other ranks since it started. Collective when TensorBoard
-        is on (one mpi4py allreduce of two numbers)."""
+        this rank's exchange time and bytes sent to other ranks since it started; ``work``: every rank's
+        seconds outside the exchange over the ``steps`` steps since the report before (rank order), for the
+        slowest rank's lag. Collective when TensorBoard is on (one mpi4py allreduce of two numbers)."""
         last = step == total_steps
+        lag = slowest_lag(work, steps)
         frac = step / total_steps
         ran = (step - first) / total_steps  # the part of the run this process trained
         done_words = words * ran
@@ -111,7 +127,8 @@ class Progress:
             if self.writer is not None:
                 self._scalars(step, loss=loss, learning_rate=alpha, words_per_second=rate,
                               bytes_per_word=sent / max(done_words, 1),
-                              exchange_share=exchange / self.comm.size / seconds if seconds > 0 else 0.0)
+                              exchange_share=exchange / self.comm.size / seconds if seconds > 0 else 0.0,
+                              **({"slowest_rank": lag[0], "rank_lag_ms": lag[1]} if lag else {}))
                 if last:
                     self.writer.close()
         if not self.display:
@@ -121,12 +138,13 @@ class Progress:
                 self.shown_at = seconds
                 self._draw(frac, [f"{_count(done_words)}/{_count(words * (1 - first / total_steps))} words",
                                   f"{_count(rate)}/s", f"loss {loss:.4f}", f"lr {alpha:.5f}", f"eta {_clock(eta)}"],
-                           [f"epoch {epoch}/{epochs}"], last)
+                           [f"epoch {epoch}/{epochs}", *([f"r{lag[0]} +{lag[1]:.1f}ms"] if lag else [])], last)
         elif last or seconds - self.shown_at >= LOG_EVERY:
             self.shown_at = seconds
             end_line()
+            behind = f"  slowest rank {lag[0]} +{lag[1]:,.1f} ms/step" if lag else ""
             print(f"train: {100 * frac:5.1f}%  epoch {epoch}/{epochs}  {rate:,.0f} words/s  loss {loss:.4f}  "
-                  f"alpha {alpha:.5f}  eta {eta:,.0f} s", file=self.stream, flush=True)
+                  f"alpha {alpha:.5f}  eta {eta:,.0f} s{behind}", file=self.stream, flush=True)
 
     def _draw(self, frac, fields, optional, last):
         """Redraw the bar line: ``\\r``, the bar, the percentage and ``fields``, then as many of ``optional`` as

@@ -4,6 +4,7 @@ model for exports and queries on any rank count, and a description of it all for
 ::
 
     OUT/run.json            the run's record (config, vocabulary, steps, ranks, state), written by train's rank 0
+                            (a stall by the rank that ended the job: state "stalled", under "stall")
     OUT/vocab.txt           "word count" lines in id (frequency) order
     OUT/ids/                the encoded corpus (stream.json, ids.NNNNN.i32)
     OUT/vectors.txt, .bin   the finished run's W_in (word2vec formats)
@@ -295,6 +296,14 @@ def describe(path, verify=False):
                          f"final loss {record.get('final_loss', float('nan')):.4f}")
             lines.append(f"  state: {state}, {where} on {record.get('ranks', '?')} ranks{extra} ({RECORD}, "
                          f"{record.get('updated', '')})")
+            stall = record.get("stall")
+            if state == "stalled" and isinstance(stall, dict):
+                who = ", ".join(f"rank {r.get('rank')} (host {r.get('host') or 'unknown'}, {r.get('kind')})"
+                                for r in stall.get("ranks") or [] if isinstance(r, dict)) or "every rank waiting"
+                lines.append(f"  stall: {who}; noticed by rank {stall.get('noticed_by')} after "
+                             f"{stall.get('waited_seconds')} s in phase {stall.get('phase')} at step "
+                             f"{stall.get('step')}; exit code {stall.get('exit_code')}: continue with --resume"
+                             + (f" from {record['checkpoint']}" if record.get("checkpoint") else ""))
             lines.append(f"  corpus: {', '.join(record.get('corpus') or ['?'])} "
                          f"({record.get('stream_length', 0):,} positions)")
             if isinstance(record.get("config"), dict):

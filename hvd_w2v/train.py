@@ -108,8 +108,12 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
               f"{'compiled' if native.row_copies() else 'numpy'}")
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
-    report = np.zeros(3)  # loss, pairs, rank 0's proposal: steps until the next report
-    next_report, last = first + FIRST_REPORT, (first, time.monotonic())
+    # loss, pairs, rank 0's proposal (steps until the next report), then each rank's seconds outside the
+    # exchange since the report before, in its own slot (the sum is every rank's: the slowest rank's lag)
+    report = np.zeros(3 + comm.size)
+    next_report, last = first + FIRST_REPORT, (first, time.monotonic(), 0.0)  # step, time, exchange seconds
+    watch = comm.watch  # the stall watchdog's view of this rank (watchdog.Beat): one assignment a step
+    watch.enter("train", step=first)
 
     def prepare(done):
         """This rank's examples of global step ``done`` (counted over all epochs), indexed for the step."""
@@ -132,22 +136,26 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
         alpha = max(cfg.min_alpha, cfg.alpha - (cfg.alpha - cfg.min_alpha) * done / total_steps)
         step = ahead.pop()
         loss, pairs, route = _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply)
+        watch.step = done + 1
         report[:2] += (loss, pairs)
         if done + 1 == next_report or done + 1 == total_steps:
             now = time.monotonic()
             if comm.rank == 0:
                 report[2] = REPORT_SECONDS * (done + 1 - last[0]) / max(now - last[1], 1e-6)
+            report[3 + comm.rank] = (now - last[1]) - (stats["exchange_seconds"] - last[2])
             # This report's sums start; the previous report's arrive, and are shown as of its own step.
-            figures = (done + 1, epoch + 1, now - start, alpha, stats["exchange_seconds"], exchange.bytes_sent)
+            figures = (done + 1, epoch + 1, now - start, alpha, stats["exchange_seconds"], exchange.bytes_sent,
+                       done + 1 - last[0])
             arrived = reports.send(report, figures, last=done + 1 == total_steps)
             report[:] = 0
-            for sums, (at, in_epoch, seconds, at_alpha, exchange_seconds, bytes_sent) in arrived:
+            for sums, (at, in_epoch, seconds, at_alpha, exchange_seconds, bytes_sent, interval) in arrived:
                 stats["last_loss"] = sums[0] / max(sums[1], 1)
                 if progress:
                     progress.report(at, first, total_steps, in_epoch, cfg.epochs, vocab.raw_words * cfg.epochs,
-                                    seconds, stats["last_loss"], at_alpha, exchange_seconds, bytes_sent)
+                                    seconds, stats["last_loss"], at_alpha, exchange_seconds, bytes_sent,
+                                    work=sums[3:], steps=interval)
             steps_on = max(MIN_REPORT_STEPS, int(arrived[0][0][2])) if arrived else FIRST_REPORT
-            next_report, last = done + 1 + steps_on, (done + 1, now)
+            next_report, last = done + 1 + steps_on, (done + 1, now, stats["exchange_seconds"])
         if saver is not None and done + 1 < total_steps:
             saver.step_done(done + 1, model, hot)  # collective every few steps: may checkpoint or stop
     hot.write_back()

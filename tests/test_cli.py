@@ -25,7 +25,7 @@ COMMANDS = ["train", "vocab", "encode", "export", "evaluate", "neighbors", "anal
 TIMEOUT = 120
 # The progress line benchmarks parse when the output is not a terminal (hvd_w2v/progress.py).
 LOG_LINE = re.compile(r"^train: +\d+\.\d%  epoch \d+/\d+  [\d,]+ words/s  loss \d+\.\d{4}  alpha \d\.\d{5}  "
-                      r"eta [\d,]+ s$", re.M)
+                      r"eta [\d,]+ s(?:  slowest rank \d+ \+[\d,]+\.\d ms/step)?$", re.M)  # the lag: 2+ ranks
 
 
 def hvd(*args):
@@ -495,7 +495,8 @@ def test_tensorboard_scalars_come_from_the_run(small, tmp_path):
 
     events = EventAccumulator(str(board), size_guidance={"tensors": 0})
     events.Reload()
-    tags = ["loss", "learning_rate", "words_per_second", "bytes_per_word", "exchange_share"]
+    tags = ["loss", "learning_rate", "words_per_second", "bytes_per_word", "exchange_share", "slowest_rank",
+            "rank_lag_ms"]
     assert sorted(events.Tags()["tensors"]) == sorted(tags)
     series = {t: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(t)] for t in tags}
     steps = [s for s, _ in series["loss"]]
@@ -510,4 +511,5 @@ def test_tensorboard_scalars_come_from_the_run(small, tmp_path):
         assert abs(lr - max(1e-4, 0.025 - (0.025 - 1e-4) * (step - 1) / total)) < 1e-7
     assert all(v > 0 for _, v in series["words_per_second"])
     assert all(0 < v < 1 for _, v in series["exchange_share"])
+    assert all(v in (0, 1) for _, v in series["slowest_rank"]) and all(v >= 0 for _, v in series["rank_lag_ms"])
     assert len(set(v for _, v in series["loss"])) == len(steps)  # a new figure at every report
