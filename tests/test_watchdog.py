@@ -30,6 +30,7 @@ from bounded import kill_group
 from conftest import LAUNCH, ROOT
 from hvd_w2v import watchdog
 from hvd_w2v.synthetic import generate
+from test_checkpoint import vectors
 
 LIMIT = 15  # --stall-timeout in these tests: above any healthy wait of a 2-rank job on 2 shared cores
 BOUND = 150  # seconds: a whole launch, start to end
@@ -46,18 +47,6 @@ def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("watchdog-corpus") / "zipf.txt"
     generate(str(path), 100000, vocab=2000, seed=0)
     return str(path)
-
-
-def vectors(out):
-    with open(f"{out}/vectors.bin", "rb") as f:
-        n, d = map(int, f.readline().split())
-        rows = []
-        for _ in range(n):
-            while f.read(1) != b" ":
-                pass
-            rows.append(np.frombuffer(f.read(4 * d), "<f4"))
-            f.read(1)
-    return np.array(rows)
 
 
 def _state(pid):
