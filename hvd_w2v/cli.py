@@ -38,8 +38,7 @@ def cmd_check(args):
     got = comm.alltoall_ints(np.arange(comm.size) + 100 * comm.rank)
     rows = comm.allgather(got.tolist())
     # mpi4py: every rank's host, thread budget and TCP connections (made by the collectives above), to rank 0.
-    ranks = comm.allgather((socket.gethostname(), os.environ.get("HVD_W2V_THREADS", "1"),
-                            comm_mod.tcp_connections()))
+    ranks = comm.allgather((socket.gethostname(), comm.threads, comm_mod.tcp_connections()))
     if comm.rank == 0:
         ends = [{remote for local, remote in tcp} for _, _, tcp in ranks]
         for r, (host, threads, tcp) in enumerate(ranks):

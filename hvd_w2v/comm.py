@@ -63,11 +63,12 @@ class Comm:
     ``watch``: this rank's watchdog.Beat (phase, steps done, collectives entered), which the main thread keeps
     and the stall watchdog (``watchdog``, None when off or on one rank) reads."""
 
-    def __init__(self, mpi_comm, hvd):
+    def __init__(self, mpi_comm, hvd, threads=1):
         from .watchdog import Beat
 
         self.mpi = mpi_comm
         self.hvd = hvd
+        self.threads = threads  # this rank's compute-thread budget (init)
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self._calls = 0
@@ -279,8 +280,7 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     beat.inside = False
     if not hvd.mpi_threads_supported():
         raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
-    _COMM = Comm(world, hvd)
-    _COMM.threads = threads
+    _COMM = Comm(world, hvd, threads)
     _COMM.watch, _COMM.watchdog = beat, dog
     return _COMM
 
@@ -350,7 +350,7 @@ def layout(comm):
     import socket
 
     # mpi4py: every rank sends its host name and thread budget; all get the list in rank order.
-    found = comm.allgather((socket.gethostname(), getattr(comm, "threads", 1)))
+    found = comm.allgather((socket.gethostname(), comm.threads))
     hosts = [h for h, _ in found]
     by_host = {}
     for r, h in enumerate(hosts):
