@@ -117,11 +117,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
     def prepare(done):
         """This rank's examples of global step ``done`` (counted over all epochs), indexed for the step."""
-        epoch, s = divmod(done, steps)
-        glo, ghi = s * cfg.batch_words, min(n, (s + 1) * cfg.batch_words)
-        lo = glo + (ghi - glo) * comm.rank // comm.size
-        hi = glo + (ghi - glo) * (comm.rank + 1) // comm.size
-        return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, hot.n, cfg.sg, step_fn.groups)
+        return prepare_step(stream, vocab, cfg, plan, hot.n, step_fn.groups, done, comm.rank)
 
     if progress:
         from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
@@ -163,6 +159,23 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
     return model, stats
+
+
+def share(cfg, n, done, rank, ranks):
+    """Global step ``done`` (counted over all epochs) of a stream of ``n`` positions: ``(epoch, lo, hi)``, its
+    epoch and the positions ``[lo, hi)`` of its ``cfg.batch_words`` that rank ``rank`` of ``ranks`` builds."""
+    epoch, s = divmod(done, math.ceil(n / cfg.batch_words))
+    glo, ghi = s * cfg.batch_words, min(n, (s + 1) * cfg.batch_words)
+    return epoch, glo + (ghi - glo) * rank // ranks, glo + (ghi - glo) * (rank + 1) // ranks
+
+
+def prepare_step(stream, vocab, cfg, plan, n_hot, groups, done, rank):
+    """Rank ``rank``'s StepPlan of global step ``done`` under ``plan`` (a RowPlan: its rank count), the ids
+    below ``n_hot`` hot, for a step function of ``groups`` width groups. A function of corpus positions alone:
+    what every rank builds ahead in :func:`train`, and what the dry-run planner (hvd_w2v.plan) builds for
+    every rank of a rank count in one process."""
+    epoch, lo, hi = share(cfg, len(stream), done, rank, plan.ranks)
+    return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, n_hot, cfg.sg, groups)
 
 
 class Reports:
