@@ -150,21 +150,22 @@ class Step:
 
 
 def plan_steps(corpus, cfg, ranks, hot_rows, steps):
-    """{H: [Step]} for global ``steps`` on ``ranks`` ranks, for each H of ``hot_rows``: every rank's
-    examples built once (batches.build of train.share's positions) and its StepPlan for each H."""
+    """Yields ``(step, {H: Step})`` for each global step of ``steps`` on ``ranks`` ranks and each H of
+    ``hot_rows``: every rank's examples built once (batches.build of train.share's positions), then its
+    StepPlan for each H. One step at a time: a Step holds P x P counts (8 MiB at 1,024 ranks)."""
     stream, voc = corpus.stream, corpus.vocab
     row_plan = RowPlan(voc.size, ranks)
-    out = {h: [] for h in hot_rows}
     for done in steps:
         shares = [share(cfg, len(stream), done, r, ranks) for r in range(ranks)]
         examples = [batches.build(stream, voc, cfg, epoch, lo, hi) for epoch, lo, hi in shares]
         positions = np.array([hi - lo for _, lo, hi in shares], np.int64)
+        by_hot = {}
         for h in hot_rows:
             n_hot = min(h, voc.size)  # as train.train's HotRows
             # groups=1: the fused op's one block; the keys and their owners are the same for any grouping.
             asked = np.stack([StepPlan.of(b, row_plan, n_hot, cfg.sg, 1).owned for b in examples])
-            out[h].append(Step(asked, positions))
-    return out
+            by_hot[h] = Step(asked, positions)
+        yield done, by_hot
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,7 @@ def measure_compute(corpus, cfg, at, repeats=7):
     """Compute from the real fused step op (sgns.step_function, one thread), timed in this process on one
     rank's StepPlan of global step ``at`` with all ``batch_words`` positions and with 1/64 of them: the
     median of ``repeats`` calls each, a line through the two."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's start-up notes
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)  # a rank's compute, as mpi/launch gives 1 per core
@@ -314,8 +316,8 @@ class Row:
 
 
 def summarise(batch_words, ranks, hot, planned, cfg, corpus, network, compute, epoch_steps, all_steps):
-    """The Row of ``planned`` (the Steps of one H)."""
-    traffic = [Traffic.of(s, cfg.dim) for s in planned]
+    """The Row of ``planned``: (Traffic, the busiest rank's positions) of each planned step, for one H."""
+    traffic = [t for t, _ in planned]
     both = lambda f: (float(np.mean([f(t).mean() for t in traffic])),  # noqa: E731
                       float(np.mean([f(t).max() for t in traffic])))
     total = float(sum(int(t.sent.sum()) for t in traffic))
@@ -325,8 +327,8 @@ def summarise(batch_words, ranks, hot, planned, cfg, corpus, network, compute, e
     else:  # the sampled steps' mean, over an epoch
         per_word = total / len(planned) * epoch_steps / words
     block = 2 * min(hot, corpus.vocab.size) * (cfg.dim + 1) * 4  # HotRows.apply's float32 [2H, dim + 1]
-    times = np.array([(compute(s.positions.max()), network.gather(t, ranks), network.scatter(t),
-                       network.allreduce(block, ranks)) for s, t in zip(planned, traffic)]).mean(axis=0)
+    times = np.array([(compute(busiest), network.gather(t, ranks), network.scatter(t),
+                       network.allreduce(block, ranks)) for t, busiest in planned]).mean(axis=0)
     row = Row(batch_words, ranks, hot, both(lambda t: t.keys), both(lambda t: t.rows), both(lambda t: t.updates),
               both(lambda t: t.sent), float(np.mean([t.peers_out.sum() for t in traffic])), block, total, per_word,
               *map(float, times), 0.0)
@@ -438,8 +440,12 @@ def run(args):
             planned = sampled_steps(epoch_steps, steps, args.epochs)
             for p in ranks:
                 t = time.monotonic()
-                for h, got in plan_steps(corpus, c, p, hot, planned).items():
-                    rows.append(summarise(b, p, h, got, c, corpus, network, compute, epoch_steps, steps is None))
+                got = {h: [] for h in hot}
+                for _, by_hot in plan_steps(corpus, c, p, hot, planned):
+                    for h, step in by_hot.items():
+                        got[h].append((Traffic.of(step, c.dim), int(step.positions.max())))
+                rows += [summarise(b, p, h, got[h], c, corpus, network, compute, epoch_steps, steps is None)
+                         for h in hot]
                 say(f"plan: {b:,} positions per step, {p:,} ranks: {len(planned):,} steps x {p:,} ranks x "
                     f"{len(hot)} hot-row counts in {time.monotonic() - t:.1f} s")
         print(describe(corpus, cfg, sizes, planned if len(sizes) == 1 else None, steps, args.epochs, network,

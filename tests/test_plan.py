@@ -68,19 +68,21 @@ def test_sampled_steps_spread_over_the_epoch():
 
 def test_a_rank_plans_what_training_prepares(corpus, tmp_path):
     """plan_steps' keys per owner are those of train.prepare_step, the function each training rank calls."""
-    from hvd_w2v import train
     from hvd_w2v.shard import RowPlan
+    from hvd_w2v.train import prepare_step
 
     cfg = Config(batch_words=256)
     c = plan.open_corpus([corpus], cfg)
     try:
-        got = plan.plan_steps(c, cfg, 3, [0, 20], [0, 7])
-        for h in (0, 20):
-            for step, done in zip(got[h], (0, 7)):
-                want = [train.prepare_step(c.stream, c.vocab, cfg, RowPlan(c.vocab.size, 3), h, 1, done, r).owned
+        seen = []
+        for done, by_hot in plan.plan_steps(c, cfg, 3, [0, 20], [0, 7]):
+            seen.append((done, sorted(by_hot)))
+            for h, step in by_hot.items():
+                want = [prepare_step(c.stream, c.vocab, cfg, RowPlan(c.vocab.size, 3), h, 1, done, r).owned
                         for r in range(3)]
                 assert np.array_equal(step.asked, np.stack(want))
                 assert step.positions.sum() == 256
+        assert seen == [(0, [0, 20]), (7, [0, 20])]
     finally:
         c.folder.cleanup()
 
