@@ -45,9 +45,10 @@ FORMAT = "hvd-w2v-checkpoint"
 VERSION = 1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL (sysexits.h): interrupted, a checkpoint was written, `--resume` continues
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-# Global steps between agreements on "checkpoint now?" (one mpi4py allreduce of an int, ~0.05 ms on 2 ranks,
-# against 5-40 ms a step here). A signal is acted on within POLL_STEPS steps: 0.2 s at the default 2,048
-# positions per step on the real corpus (README), well inside the grace Slurm's --signal gives.
+# Global steps between agreements on "checkpoint now?" (one mpi4py allreduce of an int: small against a step,
+# whose period `python -m hvd_w2v.bench.step_timeline` prints). A signal is acted on within POLL_STEPS steps,
+# a fraction of a second at the default step size, well inside the grace Slurm's --signal gives
+# (slurm/README.md, "Signals, as the ranks see them").
 POLL_STEPS = 5
 # Config fields a resume must share with the checkpoint: each changes the step schedule, the random draws or
 # the update rule, so a run resumed with another value would be neither this run nor a fresh one. The

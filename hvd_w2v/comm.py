@@ -2,11 +2,13 @@
 
 Who uses what, and why:
 - Horovod (TensorFlow ops) keeps the *dense, replicated* tensors equal: the hot rows' replicas and their
-  updates (`allreduce_dense`, `broadcast_dense`). Horovod pays ~1 ms a call and wins on large tensors.
+  updates (`allreduce_dense`, `broadcast_dense`). These have a fixed shape, where Horovod's fixed cost per
+  call is paid back on large tensors.
 - mpi4py moves the *sparse, per-destination* traffic: ids, rows and gradients (`alltoallv`), and small
   bookkeeping (`allgather`, `agree`, and the loss reports' sums, `allreduce_later`, which must not wait for
-  Horovod's cycle). Its Alltoallv costs ~0.1 ms a call against Horovod's ~1.3 ms, because Horovod
-  negotiates every call whose shape changes (figures: `python -m hvd_w2v.bench.collectives`).
+  Horovod's cycle). A step's row counts change every step, and Horovod negotiates every call whose shape
+  changes, so its alltoall costs several times mpi4py's Alltoallv here (`mpi/launch -n 2 python -m
+  hvd_w2v.bench.collectives`; figures in hvd_w2v/bench/README.md, "Collectives").
 
 Every method here is collective: all ranks must call it, in the same order, with compatible arguments.
 Each counts itself in the rank's watchdog.Beat (``Comm.watch``: calls entered, and whether the main thread is
@@ -31,9 +33,9 @@ class Part:
     for rank ``d``; ``recv_counts[s]`` rows arrive from rank ``s``, in the order it listed them, into ``out``
     (a C-contiguous array of the right shape and dtype) or a new array. ``own=False``: the block this rank
     sends itself is not moved, and its place in the received array is left as it was; the caller uses it
-    where it is. Open MPI's copy of it is slow: 2 ranks sending 1,600 rows of 100 float32 to each rank (about
-    a step's) in one Ialltoallv took 0.30 and 0.51 ms (two runs) with the own blocks moved, 0.090 and 0.087 ms
-    without (`mpi/launch -n 2 python -m hvd_w2v.bench.collectives`, second table).
+    where it is. Open MPI copies that block, and the copy costs more than the exchange with the other rank
+    (`mpi/launch -n 2 python -m hvd_w2v.bench.collectives`, second table; figures in
+    hvd_w2v/bench/README.md, "Collectives").
     """
 
     send: np.ndarray
@@ -83,7 +85,7 @@ class Comm:
         import tensorflow as tf
 
         if self.size == 1:
-            return np.array(array)  # the sum over one rank; spares Horovod's ~1 ms a call
+            return np.array(array)  # the sum over one rank; spares a Horovod call and its wait for the cycle
 
         self._calls += 1
         op = self.hvd.Average if average else self.hvd.Sum
@@ -237,10 +239,10 @@ def _spec(array, counts, skip=None):
 _COMM = None
 # Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms, even with nothing queued, and each wake is
 # a collective among the ranks' background threads: with one core per rank it takes the core from the step,
-# and the thread that wakes first spins until the other's wakes. 2 ranks trained 2.3x faster at 250 ms than at
-# Horovod's 1 ms, and 1.14x faster than at 50 ms (README, "Throughput", the settings table). hvd-w2v calls
-# Horovod a few times a run (the loss reports are MPI's: train.Reports); a Horovod call waits up to a cycle,
-# so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
+# and the thread that wakes first spins until the other's wakes. So a long cycle trains faster
+# (`python -m hvd_w2v.bench.settings`, the HOROVOD_CYCLE_TIME rows; figures in hvd_w2v/bench/README.md,
+# "Settings"). hvd-w2v calls Horovod a few times a run (the loss reports are MPI's: train.Reports); a Horovod
+# call waits up to a cycle, so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
 HOROVOD_CYCLE_MS = 250
 HOT_ROWS_CYCLE_MS = 50
 

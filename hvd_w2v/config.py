@@ -20,16 +20,18 @@ class Config:
     sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
     seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
     # Corpus positions in one global step, shared out over the ranks. Every update of a step comes from the
-    # same snapshot, so larger steps are cheaper but learn less per word (README, "Throughput": the settings
-    # table; 2,048 is the speed knee).
+    # same snapshot, so larger steps are cheaper but learn less per word: 4,096 and 8,192 lose quality that
+    # 2,048 keeps (`python -m hvd_w2v.bench.settings`, the --batch-words rows, and `python -m
+    # hvd_w2v.bench.quality --hvd-option=--batch-words=N`; hvd_w2v/bench/README.md).
     batch_words: int = 2048
     # Most frequent words replicated on every rank, their updates summed by a Horovod allreduce each step. Off:
-    # on 2 ranks 256 replicas saved 10% of the bytes and cut the speed 4.6x (README, "Throughput").
+    # that allreduce waits for a Horovod cycle every step, which costs far more than the bytes it saves
+    # (`python -m hvd_w2v.bench.settings`, the --hot-rows row; hvd_w2v/bench/README.md, "Settings").
     hot_rows: int = 0
     # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
-    # against the divergence of very frequent rows (with a cap of 1,024, 2,048-position steps diverged on
-    # the real corpus in epoch 1); low caps slow frequent rows and cost quality (16 did: WordSim353 0.308
-    # against 0.347 at 64, first 150,000 lines of the real corpus, 3 epochs, 2 ranks).
+    # against the divergence of very frequent rows (a cap of 1,024 diverged on the real corpus); low caps slow
+    # frequent rows and cost quality (`python -m hvd_w2v.bench.settings`, the --update-cap rows; the figures
+    # in hvd_w2v/bench/README.md, "Quality" and "Settings").
     update_cap: float = 64.0
     span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
 

@@ -63,14 +63,12 @@ class ShardedModel:
         """gensim 4's start: W_in uniform in [-1/dim, 1/dim), W_out zeros; drawn per (word id, column).
 
         word2vec.c draws W_in in [-0.5/dim, 0.5/dim); gensim, the reference users compare with, twice that.
-        gensim's range scored higher on all three sets (first 150,000 lines of the real corpus, 3 epochs,
-        2 ranks, seeds 1-3: analogy 0.063 against 0.058, WordSim353 0.362 against 0.356, SimLex-999 0.235
-        against 0.230; python -m hvd_w2v.bench.quality --lines 150000 --epochs 3 --ranks 2 --arch sg
-        --seeds 1 2 3).
+        gensim's range scored higher on all three sets (python -m hvd_w2v.bench.quality --lines 150000
+        --epochs 3 --ranks 2 --arch sg --seeds 1 2 3; figures in hvd_w2v/bench/README.md, "Quality").
 
-        Drawn block by block: the counters and the generator's uint64/float64 temporaries take about 32 B
-        per cell, four times the float32 slice itself (whole-slice at once, 1.2M words x dim 200 peaked at
-        8.2 GiB on 1 rank against a 1.9 GiB model: python -m hvd_w2v.bench.scale)."""
+        Drawn block by block (INIT_BLOCK_CELLS): the counters and the generator's uint64/float64 temporaries
+        take about 32 B per cell, four times the float32 slice itself, so a whole slice at once would peak at
+        several times the model (python -m hvd_w2v.bench.scale; hvd_w2v/bench/README.md, "Memory")."""
         ids = plan.ids(rank)
         rows = np.zeros((len(ids), 2, cfg.dim), np.float32)
         block = max(1, INIT_BLOCK_CELLS // cfg.dim)
@@ -237,10 +235,9 @@ class Ahead:
         return step
 
 
-# TensorFlow (with oneDNN) keeps state for every input shape it meets, so resident memory grew all through
-# long runs (the plan missed by 30% after 5 epochs). Rounded up to buckets, the shapes are few: 3,000 calls of
-# the skip-gram step on step-like random shapes (5 width groups) grew RssAnon from 295 to 651 MiB as they
-# came, and from 652 to 657 MiB rounded up (python -m hvd_w2v.bench.memory_probes shapes 3000). Each width
+# TensorFlow (with oneDNN) keeps state for every input shape it meets, so resident memory grows all through
+# a long run whose step shapes all differ. Rounded up to buckets, the shapes are few and the growth stops
+# (python -m hvd_w2v.bench.memory_probes shapes 3000; figures in hvd_w2v/bench/README.md, "Memory"). Each width
 # group's centres round up to CENTRE_BUCKET: a group holds a fifth of a rank's centres (window 5), so 64
 # would pad 2 ranks' groups by a fifth.
 CENTRE_BUCKET = 32

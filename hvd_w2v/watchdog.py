@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 EXIT_STALLED = 76  # not 2 (usage), 75 (interrupted, EX_TEMPFAIL), 126/127 (not found), 128+N (signals)
 TAG = 0x7764  # "wd": heartbeat messages on COMM_WORLD
-DEFAULT_LIMIT = 120.0  # seconds: no healthy wait of hvd-w2v comes near it on the machines measured (README)
+DEFAULT_LIMIT = 120.0  # seconds: far above any healthy wait of hvd-w2v (a step, a checkpoint's agreement)
 STEP_FACTOR = 50  # the automatic limit in training is at least 50 median steps
 MIN_STEP_SAMPLES = 5  # step-time samples before the median counts
 CORPUS_BUDGET = 1800.0  # seconds: rank 0 building the default corpus (downloads) while the others wait

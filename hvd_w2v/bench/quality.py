@@ -15,7 +15,7 @@ alpha to min_alpha over the run as documented and as hvd-w2v's does. Its faster 
 measures its progress as its own sentences over the whole corpus's count (gensim 4.4's
 word2vec_corpusfile.pyx, get_next_alpha), so it reaches only 1/workers of each epoch and every epoch ends
 at a higher rate than the schedule. On a small corpus that higher rate scores better, which once passed for
-a quality gap of hvd-w2v's (README, "Quality").
+a quality gap of hvd-w2v's (hvd_w2v/bench/README.md, "Quality").
 
 With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
 table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
