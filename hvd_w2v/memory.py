@@ -210,8 +210,8 @@ def limits(ranks_on_node, environ=None):
       divided by ``ranks_on_node``).
 
     Not ``RLIMIT_AS`` or ``RLIMIT_DATA``: they bound virtual memory, and TensorFlow reserves far more address
-    space than it touches (VmSize 1.5-1.7 GiB against 429 MiB resident at start, 1.9 GiB against 585 MiB
-    while training: `hvd_w2v.bench.memory_probes` baseline and phases), so a resident plan says nothing about them.
+    space than it touches (`hvd_w2v.bench.memory_probes` baseline and phases; figures in
+    hvd_w2v/bench/README.md, "Memory"), so a resident plan says nothing about them.
     """
     env = os.environ if environ is None else environ
     found = []

@@ -17,16 +17,15 @@ Memory per rank (8-byte words):
   and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107 B
   more: PARTIAL_BYTES = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct tokens
   it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, about 85 B each, briefly up to
-  half more while the dict's table doubles (on 1 rank, 1.2M distinct tokens: 96 MiB resident above the
-  start after counting, 136 MiB at the peak). The reader holds one corpus.BLOCK_BYTES block and one chunk's
+  half more while the dict's table doubles. The reader holds one corpus.BLOCK_BYTES block and one chunk's
   tokens. On one rank there are no rounds: its partial Counter is the owner's.
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
 
-Measured (tests/test_scale_memory.py, 630,390 words kept of 798,517 distinct, 6M tokens): VmHWM above the
-RSS before vocab.build was 222 MiB on 1 rank and 80-82 MiB on each of 4 ranks (a Counter per rank of all
-its range's distinct tokens, as before the rounds, gave 164 MiB on each of 4 ranks).
+tests/test_scale_memory.py measures the peak of vocab.build on 1 and 4 ranks; its figures, and those of a
+Counter per rank of all its range's distinct tokens (before the rounds), are in hvd_w2v/bench/README.md
+("Vocabulary counting").
 """
 import hashlib
 import math
@@ -43,8 +42,8 @@ NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution t
 
 # Distinct words a rank's partial Counter may hold before it joins a round that sends them to their owners.
 # Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the memory
-# plan's 104 MiB for reading text; each round costs a handful of collectives and about 1.5 us of Python per
-# word sent (hash64, sorting, merging), and a smaller bound sends the frequent words more often.
+# plan's 104 MiB for reading text; each round costs a handful of collectives and Python work per word sent
+# (hash64, sorting, merging), and a smaller bound sends the frequent words more often.
 FLUSH_WORDS = 1 << 16
 # Text counted between two looks at the bound: a chunk of it holds at most CHUNK_BYTES / 2 tokens (a token
 # and its whitespace take 2 bytes or more), so the partial Counter never holds more than FLUSH_WORDS +
