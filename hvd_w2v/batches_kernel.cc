@@ -1,6 +1,6 @@
 // A step's examples and their table, as numpy computes them, in plain loops: numpy makes a dozen passes over
-// the step's positions and its [centres, 2 window] blocks, these make one or two (the profile in README,
-// "Throughput", shows the gain).
+// the step's positions and its [centres, 2 window] blocks, these make one or two (the profile in
+// hvd_w2v/bench/README.md, "Where the time goes, 1 rank").
 //   hvd_w2v_build: batches.build (subsampling, reduced windows, contexts within the sentence and the span,
 //     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
 //     operation the one numpy does, in the same order and precision: the same examples, bit for bit.

@@ -1,6 +1,7 @@
 // The owners' row copies, as plain loops: gathering a step's rows out of a rank's table and adding their
 // updates back. numpy's fancy indexing does both in several passes (index checks, a temporary, the add, the
-// write back); these make one pass over each row (the profile in README, "Throughput", shows the gain).
+// write back); these make one pass over each row (the profile in hvd_w2v/bench/README.md, "Where the time
+// goes, 1 rank").
 // Called through ctypes by hvd_w2v/native.py, which checks shapes and types first (and index ranges, but
 // hvd_w2v_add_sources checks its own); built there with g++.
 #include <cstdint>
