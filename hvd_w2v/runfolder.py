@@ -202,6 +202,21 @@ def load(comm, path, step=None, log=lambda m: None):
     raise UserError(f"no good checkpoint under {os.path.join(run, CHECKPOINTS)} ({'; '.join(reasons)})")
 
 
+def note_finished(comm, model):
+    """Rank 0 says so when the checkpoint read is an earlier step of a finished run (one trained with
+    --no-final-checkpoint, or whose last checkpoint was passed over), whose final vectors are elsewhere.
+    Not collective."""
+    from .comm import log
+
+    if comm.rank == 0:
+        record = read_record(model.run) or {}
+        final = os.path.join(model.run, "vectors.bin")
+        if (record.get("state") == "finished" and os.path.exists(final)
+                and model.manifest["step"] < model.manifest["total_steps"]):
+            log(comm, f"note: the run finished ({record.get('total_steps', 0):,} steps); its final vectors are "
+                      f"{final}, this checkpoint is of step {model.manifest['step']:,}")
+
+
 def read_vocab(comm, path, size, sha256, folder):
     """This rank's part of vocab.txt: (words of its rows under RowPlan(size, P), local row order; {word: id}
     of the words it hash-owns), as vectors.load keeps them. Streamed: every rank reads the file and keeps its

@@ -1,21 +1,43 @@
-"""Queries on the sharded model: each rank scores its own rows, the top-k lists are merged on rank 0.
+"""Queries on the sharded model: each rank scores its own rows, the top-k lists are merged over the ranks.
 
 No rank gathers the matrix: per query, one row travels to every rank and k (score, word) pairs come back.
 :func:`load` builds the same sharded model from a word2vec file, each rank keeping only its own rows
-(hvd_w2v.evaluate scores analogies and word similarities on it).
+(hvd_w2v.evaluate scores analogies and word similarities on it; hvd_w2v.keyedvectors wraps it in gensim's API).
 """
 import numpy as np
 
 
 class ShardedVectors:
-    """Unit-normalised input vectors of this rank's rows, with their words (bytes, local row order)."""
+    """This rank's rows of W_in as stored (``vectors``, float32[rows, d], local row order), their L2 norms
+    (``norms``, float32[rows], floored at 1e-12 so a zero row scores 0 rather than NaN) and words (bytes).
+
+    Cosines are ``vectors @ q / norms`` (:meth:`cosines`), the formula of gensim's ``most_similar``, so no
+    unit-length copy of the rows is kept: a rank holds its rows once.
+    """
 
     def __init__(self, comm, plan, vocab, w_in):
         self.comm, self.plan, self.vocab = comm, plan, vocab
-        norms = np.linalg.norm(w_in, axis=1, keepdims=True)
-        self.unit = w_in / np.maximum(norms, 1e-12)
+        self.vectors = np.ascontiguousarray(w_in, np.float32)  # a copy only when w_in is strided or not float32
+        self.norms = np.maximum(np.linalg.norm(self.vectors, axis=1), np.float32(1e-12)).astype(np.float32)
+        self.dim = self.vectors.shape[1]
         self.words = vocab.row_words
         self._folds = None
+
+    @property
+    def unit(self):
+        """A new unit-length copy of this rank's rows, float32[rows, d] (for tests and one-off use)."""
+        return self.vectors / self.norms[:, None]
+
+    def cosines(self, queries, rows=None):
+        """float32[rows, q]: the cosine of each of this rank's rows (local rows ``rows``, a slice; all by
+        default) with each unit query vector ``queries`` float32[q, d]."""
+        rows = slice(None) if rows is None else rows
+        return (self.vectors[rows] @ np.asarray(queries, np.float32).T) / self.norms[rows, None]
+
+    def local_rows(self, start, end):
+        """The slice of this rank's local rows whose ids are in ``[start, end)`` (round-robin: a range)."""
+        first = lambda i: -(-(max(i, 0) - self.comm.rank) // self.comm.size)  # noqa: E731 local rows with id < i
+        return slice(max(first(start), 0), max(first(min(end, self.plan.vocab_size)), 0))
 
     @property
     def folds(self):
@@ -50,14 +72,30 @@ class ShardedVectors:
             merged.update(part)
         return [merged.get(w, -1) for w in words]
 
-    def rows(self, ids):
-        """The unit vectors of ``ids`` on every rank (their owners contribute them). Collective."""
-        out = np.zeros((len(ids), self.unit.shape[1]), np.float32)
-        for j, i in enumerate(ids):
-            if i >= 0 and self.plan.owner(i) == self.comm.rank:
-                out[j] = self.unit[self.plan.local_row(i)]
-        # Horovod: a dense sum in which each query row has exactly one non-zero contributor, its owner.
-        return self.comm.allreduce_dense(out)
+    def rows(self, ids, unit=True):
+        """The vectors of ``ids`` (unit length, or as stored when ``unit`` is False) on every rank,
+        float32[len(ids), d]; zeros for ids < 0. Collective."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        mine = np.flatnonzero((ids >= 0) & (self.plan.owner(np.maximum(ids, 0)) == self.comm.rank))
+        local = self.plan.local_row(ids[mine])
+        rows = self.vectors[local] / self.norms[local, None] if unit else self.vectors[local]
+        out = np.zeros((len(ids), self.dim), np.float32)
+        # mpi4py: each rank sends the rows it owns with their positions; each position has one owner. Not
+        # Horovod's dense sum: a Horovod call waits for its next cycle (comm.HOROVOD_CYCLE_MS), a query's cost.
+        for positions, part in self.comm.allgather((mine, rows)):
+            out[positions] = part
+        return out
+
+    def words_of(self, ids):
+        """The word (bytes) of each id in ``ids`` (all in ``[0, vocab_size)``) on every rank. Collective."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        mine = np.flatnonzero(self.plan.owner(ids) == self.comm.rank)
+        out = [None] * len(ids)
+        # mpi4py: each rank sends the words of the ids it owns, with their positions.
+        for positions, words in self.comm.allgather((mine, [self.words[k] for k in self.plan.local_row(ids[mine])])):
+            for j, w in zip(positions, words):
+                out[j] = w
+        return out
 
     def most_similar(self, queries, topn=10, exclude=()):
         """Top-``topn`` (word, cosine) by similarity to each query vector; exact, merged over ranks.
@@ -65,22 +103,25 @@ class ShardedVectors:
         ``queries`` float32[q, d]; ``exclude[j]`` is a set of ids left out of query j's answers.
         Returns the lists on rank 0 (None elsewhere). Collective.
         """
-        return self.top(self.unit @ np.asarray(queries, np.float32).T, topn, exclude)
+        return self.top(self.cosines(_unit_rows(queries)), topn, exclude)
 
-    def top(self, scores, topn=10, exclude=()):
+    def top(self, scores, topn=10, exclude=(), rows=None, everywhere=False):
         """The ``topn`` best (score, word) of each column of ``scores`` (float[this rank's rows, q]: any score
-        of this rank's rows), merged over ranks; ties go to the lower id, so the answer does not depend on the
-        rank count. ``exclude[j]``: ids left out of column j. Lists on rank 0, None elsewhere. Collective."""
-        my_ids = self.plan.ids(self.comm.rank)
+        of this rank's rows; of local rows ``rows``, a slice, when given), merged over ranks; ties go to the
+        lower id, so the answer does not depend on the rank count. ``exclude[j]``: ids left out of column j.
+        Lists on rank 0, None elsewhere (on every rank when ``everywhere``). Collective."""
+        rows = slice(0, scores.shape[0]) if rows is None else rows
+        my_ids = self.plan.ids(self.comm.rank)[rows]
+        words = self.words[rows]
         local = []
         for j in range(scores.shape[1]):
             s = np.array(scores[:, j], np.float64)
             if j < len(exclude) and exclude[j]:
                 s[np.isin(my_ids, list(exclude[j]))] = -np.inf
             best = np.argsort(-s, kind="stable")[:topn]  # stable: equal scores keep local (= id) order
-            local.append([(float(s[k]), int(my_ids[k]), self.words[k]) for k in best if np.isfinite(s[k])])
-        parts = self.comm.allgather(local)
-        if self.comm.rank != 0:
+            local.append([(float(s[k]), int(my_ids[k]), words[k]) for k in best if np.isfinite(s[k])])
+        parts = self.comm.allgather(local)  # mpi4py: every rank's bests of every column, to every rank
+        if self.comm.rank != 0 and not everywhere:
             return None
         return [[(score, word) for score, _, word in sorted((x for p in parts for x in p[j]),
                                                             key=lambda t: (-t[0], t[1]))[:topn]]
@@ -108,11 +149,9 @@ class ShardedVectors:
             rows = self.rows([ids[w] for j in known for w in queries[j]]).reshape(len(known), 3, -1)
             a, b, c = rows[:, 0], rows[:, 1], rows[:, 2]
             if method == "3cosadd":
-                direction = b - a + c
-                direction /= np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-12)
-                scores = self.unit @ direction.T
+                scores = self.cosines(_unit_rows(b - a + c))
             else:
-                shift = lambda m: (1 + self.unit @ m.T) / 2  # noqa: E731
+                shift = lambda m: (1 + self.cosines(m)) / 2  # noqa: E731
                 scores = shift(b) * shift(c) / (shift(a) + 1e-6)
             found = self.top(scores, topn, exclude=[{ids[w] for w in queries[j]} for j in known])
         if self.comm.rank != 0:
@@ -129,6 +168,23 @@ class ShardedVectors:
         if result is None:
             return None
         return {words[j]: r for j, r in zip(known, result)}
+
+
+def _unit_rows(x):
+    """Each row of float32[q, d] scaled to unit length (a zero row stays zero)."""
+    x = np.asarray(x, np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), np.float32(1e-12))
+
+
+def word_bytes(word):
+    """A word (str) as the vocabulary's bytes: UTF-8, with surrogateescape so that :func:`word_str` of any
+    bytes comes back to them."""
+    return word.encode("utf-8", "surrogateescape")
+
+
+def word_str(word):
+    """A vocabulary word (bytes) as str: UTF-8; bytes that are not become lone surrogates (surrogateescape)."""
+    return word.decode("utf-8", "surrogateescape")
 
 
 def fold(word):
