@@ -1,6 +1,6 @@
 """Word-analogy and word-similarity evaluation of the sharded model, on any rank count, as gensim scores them.
 
-Nothing gathers the matrix: the vectors of the test words travel to every rank (one dense sum), each rank
+Nothing gathers the matrix: the vectors of the test words travel to every rank (from their owners), each rank
 scores its own rows for a batch of questions, and the per-rank bests ((score, id, word) per question) are
 merged by an allgather. Every function here is collective and returns the same result on every rank.
 
@@ -239,8 +239,9 @@ def correlation_pvalue(r, n, spearman=False):
 def betainc(a, b, x):
     """The regularized incomplete beta function I_x(a, b) for a, b > 0 and x in [0, 1] (scipy.special's
     ``betainc``): a continued fraction evaluated by the modified Lentz method (Numerical Recipes 6.4),
-    on the side of x where it converges fast. Relative error near 1e-14 for small a and b; it grows with
-    log-gamma's magnitude, to about 1e-10 at a = 1e5."""
+    on the side of x where it converges fast. Its relative error is that of the log-gamma terms of the
+    prefactor, so it grows with a and b (tests/test_keyedvectors.py holds it to scipy's within 1e-9 for
+    a < 300, and the p-values of 30,000 pairs too)."""
     if x <= 0.0:
         return 0.0
     if x >= 1.0:

@@ -138,7 +138,7 @@ class KeyedVectors:
         """
         if indexer is not None:
             raise UserError("most_similar: indexer is not supported on the sharded model (the search is exact)")
-        if isinstance(topn, Integral) and not isinstance(topn, bool):
+        if isinstance(topn, Integral):
             if topn < 1:
                 return []
         elif topn is not None:
@@ -261,9 +261,10 @@ class KeyedVectors:
         them with a cosine of 0).
 
         Lines split on ``delimiter`` into exactly three fields, '#' lines skipped, words folded to upper case
-        when ``case_insensitive``. The p-values are computed without scipy (evaluate.correlation_pvalue; it
-        agrees with scipy.stats to about 1e-10 relative); statistics are NaN where scipy's are (a constant
-        side), and with fewer than 2 pairs (where scipy raises). UserError when no pair can be used (gensim:
+        when ``case_insensitive``. The p-values are computed without scipy, which hvd-w2v does not require
+        (evaluate.correlation_pvalue; tests/test_keyedvectors.py holds it to scipy.stats' within 1e-9
+        relative); statistics are NaN where scipy's are (a constant side), and with fewer than 2 pairs (where
+        scipy raises). UserError when no pair can be used (gensim:
         ValueError) or the file is bad. Collective (evaluate.similarity).
         """
         from . import evaluate
@@ -320,7 +321,8 @@ class IndexToKey(Sequence):
     def __getitem__(self, index):
         n = len(self)
         if isinstance(index, slice):
-            return [_decode(w) for w in self.sharded.words_of(np.arange(n)[index])]
+            r = range(n)[index]
+            return [_decode(w) for w in self.sharded.words_of(np.arange(r.start, r.stop, r.step))]
         if not isinstance(index, Integral):
             raise TypeError(f"index_to_key indices must be integers or slices, not {type(index).__name__}")
         i = int(index) + (n if index < 0 else 0)
