@@ -7,6 +7,8 @@ waits for another longer than --stall-timeout ends the job with exit code 76 (hv
 command names its phases (comm.watch.enter) so that the line says where.
 """
 import argparse
+import dataclasses
+import inspect
 import os
 import socket
 import subprocess
@@ -15,6 +17,7 @@ import traceback
 
 import numpy as np
 
+from . import pipeline
 from .errors import UserError
 
 EXIT_USAGE = 2
@@ -57,61 +60,17 @@ def cmd_check(args):
     return 0
 
 
-DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
 PROBE_WORDS = "king,water,god,house,good,three"
+# train's run options default to pipeline.train's, so that the command line and the Python API agree.
+RUN_DEFAULTS = {name: p.default for name, p in inspect.signature(pipeline.train).parameters.items()
+                if p.default is not inspect.Parameter.empty}
 
 
 def config_from(args):
+    """The Config fields of a command's arguments (hvd_w2v.config.Config: the model and the step)."""
     from .config import Config
 
-    return Config(dim=args.dim, window=args.window, negative=args.negative, min_count=args.min_count,
-                  max_vocab_size=args.max_vocab_size, sample=args.sample, epochs=args.epochs, alpha=args.alpha,
-                  min_alpha=args.min_alpha, sg=args.sg, seed=args.seed, batch_words=args.batch_words,
-                  hot_rows=args.hot_rows, update_cap=args.update_cap, span=args.span)
-
-
-def _default_corpus(comm):
-    """The real English corpus (hvd_w2v.realcorpus), built by rank 0 on first use."""
-    from .watchdog import CORPUS_BUDGET
-
-    error = None
-    before = comm.watch.enter("corpus", budget=CORPUS_BUDGET)  # rank 0 may download for minutes meanwhile
-    if comm.rank == 0 and not os.path.exists(os.path.join(os.path.dirname(DEFAULT_CORPUS), ".complete")):
-        from . import realcorpus
-
-        try:
-            realcorpus.build(os.path.dirname(DEFAULT_CORPUS), log=lambda m: print(f"corpus: {m}", file=sys.stderr))
-        except RuntimeError as e:
-            error = f"cannot build the default corpus: {e}"
-    comm.agree(error)
-    comm.watch.leave(before)
-    return [DEFAULT_CORPUS]
-
-
-def _vocabulary(args, check=None):
-    """Start the ranks, check the output folder, build and save the vocabulary (vocab.txt). Collective.
-
-    ``check(comm, cfg, voc, paths)``, when given, runs once the vocabulary is known and before anything is
-    written to the output folder: it may raise UserError on every rank (the memory plan does)."""
-    from . import export, runfolder, vocab
-    from .comm import log
-    from .shard import RowPlan
-
-    cfg = config_from(args)
-    comm = _start(args)
-    comm.watch.enter("vocab")
-    say = lambda m: log(comm, m)  # noqa: E731
-    runfolder.writable(comm, args.out)
-    if not args.corpus:
-        say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
-    paths = args.corpus or _default_corpus(comm)
-    voc = vocab.build(comm, paths, cfg, say)
-    if check:
-        check(comm, cfg, voc, paths)
-    name = os.path.join(args.out, "vocab.txt")
-    export.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
-    say(f"vocab: {name}")
-    return cfg, comm, say, paths, voc
+    return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
 
 
 def cmd_vocab(args):
@@ -120,203 +79,43 @@ def cmd_vocab(args):
     return 0
 
 
-def cmd_train(args):
-    """Vocabulary, encoding, training, export, and a look at a few neighbours."""
-    import time
+def cmd_encode(args):
+    """The vocabulary (vocab.txt) and the encoded corpus (ids/): what train does before training."""
+    from . import pipeline
 
-    from . import encode, export, memory, train
-    from .vectors import ShardedVectors
-
-    t0 = time.monotonic()
-    limit = memory.parse_size(args.max_memory_per_rank) if args.max_memory_per_rank else None
-    planned = []
-
-    def check(comm, cfg, voc, paths):
-        planned.append(_memory_plan(comm, cfg, voc, paths, limit))
-
-    from . import checkpoint, runfolder
-
-    saver = _saver(args)
-    record = {}  # OUT/run.json, filled in by _train_or_resume
-    if saver.comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
-        saver.comm.watchdog.on_stall = lambda info: _record_stall(args.out, record, info, saver)
-    cfg, comm, say, paths, voc = _vocabulary(args, check)
-    if args.tensorboard:
-        runfolder.writable(comm, args.tensorboard, shared=False)  # rank 0 alone writes the scalars
-    comm.watch.enter("encode")
-    stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
-    say(f"prepared in {time.monotonic() - t0:.1f} s")
-    try:
-        model, stats = _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record)
-    except checkpoint.Interrupted as e:
-        _record(comm, args.out, record, state="interrupted", steps_done=e.step, checkpoint=e.path)
-        say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
-            f"continue with --resume")
-        saver.leave()
-        return checkpoint.EXIT_INTERRUPTED
-    finally:
-        saver.restore()
-    from .watchdog import io_budget
-
-    comm.watch.enter("export", budget=io_budget(4 * model.w_in.nbytes))  # a text line: ~10 bytes a float
-    for fmt in args.format:
-        name = os.path.join(args.out, "vectors.bin" if fmt == "binary" else "vectors.txt")
-        export.write_word2vec(comm, name, model.plan, voc.row_words, model.w_in, binary=fmt == "binary")
-        say(f"export: {name}")
-    final = None
-    if args.final_checkpoint and stats["words"]:
-        # W_in and W_out, for sharded queries and --resume; after the export, so a checkpoint that cannot be
-        # written (one clear error) leaves the vectors saved.
-        final = saver.write(record["total_steps"], model)
-    import resource
-
-    comm.watch.enter("finish")
-    rows = comm.allgather(model.w_in.shape[0])
-    peak_mib = comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
-    say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; peak resident MiB per rank {peak_mib}")
-    plan_mib = planned[0].total / memory.MIB
-    say(f"memory: planned {plan_mib:,.0f} MiB per rank, measured peak {peak_mib} MiB "
-        f"({max(peak_mib) / plan_mib:.0%} of plan)")
-    summary = dict(state="finished", steps_done=record["total_steps"], **({"checkpoint": final} if final else {}))
-    if stats["words"]:  # nothing was trained when --resume found the run's last step
-        say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
-            f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
-            f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
-        summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
-                       final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
-                       exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4))
-    _record(comm, args.out, record, **summary)
-    comm.watch.enter("query")
-    probes = [w.encode() for w in args.show.split(",") if w]
-    shown = ShardedVectors(comm, model.plan, voc, model.w_in).neighbors(probes, topn=8) if probes else None
-    if shown:
-        _emit(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near) for word, near in shown.items())
+    comm, paths, voc = _vocabulary(args)
+    pipeline.encode(comm, paths, voc, args.out)
     return 0
 
 
-def _start(args):
-    """MPI and Horovod for the commands that read a corpus (the first call starts them): ``--threads`` compute
-    threads per rank, and Horovod's cycle, short with --hot-rows, whose allreduce every step waits for it."""
-    from . import comm as comm_mod
+def _vocabulary(args):
+    from . import pipeline
 
-    hot = getattr(args, "hot_rows", 0)
-    return comm_mod.init(args.threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS,
-                         stall_timeout=args.stall_timeout)
-
-
-def _saver(args):
-    """Start the ranks and catch SIGTERM/SIGUSR1 from here on (a signal during the vocabulary or encoding is
-    acted on at training's first agreed step boundary). Returns the checkpoint.Saver of OUT/checkpoints."""
-    from . import checkpoint
-    from .comm import log
-
-    if args.checkpoint_every < 0:
-        raise UserError(f"--checkpoint-every must be 0 (only on a signal) or more minutes, got {args.checkpoint_every}")
-    early = checkpoint.EarlySignals()
-    comm = _start(args)
-    saver = checkpoint.Saver(comm, os.path.join(args.out, "checkpoints"), args.checkpoint_every,
-                             lambda m: log(comm, m))
-    saver.install(early)
-    return saver
+    cfg = config_from(args)
+    comm = pipeline.start(cfg, args.threads, args.stall_timeout)
+    paths, voc = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
+    return comm, paths, voc
 
 
-def _record_stall(out, record, info, saver):
-    """The stall in the run's record (OUT/run.json): called by the watchdog thread of the rank that ends the
-    job, whichever it is (rank 0 may be the one stopped), just before it ends it; ``steps_done`` is the
-    steps that rank had done, ``checkpoint`` the newest one, where --resume goes on from."""
-    from . import runfolder
+def cmd_train(args):
+    """pipeline.train with the command's options, then the nearest words of a few (--show)."""
+    from . import checkpoint, pipeline
 
-    record.update(state="stalled", stall=info, steps_done=info["step"],
-                  **({"checkpoint": saver.keep} if saver.keep else {}))
-    runfolder.write_record(out, record)
-
-
-def _record(comm, out, record, **changes):
-    """Update the run's record (OUT/run.json, see runfolder) with ``changes``; rank 0 writes it. A record that
-    cannot be written is worth a warning, not the run. Every rank keeps the same dict."""
-    from . import runfolder
-    from .comm import log
-
-    record.update(changes)
-    if comm.rank == 0:
-        try:
-            runfolder.write_record(out, record)
-        except OSError as e:
-            log(comm, f"warning: cannot write {os.path.join(out, runfolder.RECORD)}: {e.strerror}")
-
-
-def _train_or_resume(args, comm, cfg, voc, stream, say, saver, paths, record):
-    """train.train from scratch, or with --resume from the newest good checkpoint of this run. Collective.
-    Starts the run's ``record`` (OUT/run.json): its meta, ranks, corpus and state "training"."""
-    from . import checkpoint, train
-    from .progress import Progress
-    from .shard import RowPlan
-
-    # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
-    comm.watch.enter("load")
-    vocab_sha = checkpoint.file_sha256(comm, os.path.join(args.out, "vocab.txt"))
-    resumed = None
-    if args.resume:
-        resumed = checkpoint.latest(comm, saver.root, RowPlan(voc.size, comm.size), cfg, voc.size, vocab_sha,
-                                    len(stream), say)
-        if resumed and resumed.step >= resumed.total_steps:
-            say(f"resume: {resumed.path} is the end of the run (step {resumed.step:,}); nothing left to train, "
-                f"the vectors are exported from it")
-        elif resumed:
-            say(f"resume: step {resumed.step:,} of {resumed.total_steps:,} from {resumed.path} "
-                f"(written on {resumed.ranks} ranks)")
-        else:
-            say(f"resume: no checkpoint under {saver.root}; starting at step 0")
-    elif comm.rank == 0 and checkpoint.scan(saver.root):
-        say(f"checkpoint: {saver.root} holds checkpoints of an earlier run; this run starts at step 0 and "
-            f"replaces them with its first checkpoint (use --resume to continue that run instead)")
-    run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
-    saver.begin(run_meta, resumed)
-    _record(comm, args.out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
-            state="training", steps_done=resumed.step if resumed else 0)
-    # The same object on every rank: with --tensorboard each report is collective (train.train's contract).
-    progress = (Progress(comm, display=not args.quiet, tensorboard=args.tensorboard)
-                if not args.quiet or args.tensorboard else False)
-    return train.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
-
-
-def _memory_plan(comm, cfg, voc, paths, limit):
-    """Print the memory plan (rank 0) and refuse to start, on every rank, when it does not fit ``limit``
-    (bytes per rank, --max-memory-per-rank) or a limit the job runs under (memory.limits). Collective;
-    returns the MemoryPlan. Runs before the model is allocated and before the output folder is written."""
-
-    from . import comm as comm_mod
-    from . import memory
-    from .comm import log
-
-    # The plan's reading peak depends on the text per rank; a gzip file's text size is unknown (None).
-    corpus_bytes = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
-    # The kept tokens approximate the id stream's length (sentence ends add one position per line).
-    the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes)
-    for line in the_plan.describe().splitlines():
-        log(comm, f"plan: {line}")
-    # Every rank's host, so each knows how many ranks share its node (and its cgroup).
-    hosts, where = comm_mod.layout(comm)
-    log(comm, f"layout: {where}")
-    found = memory.limits(hosts.count(socket.gethostname()))
-    if limit is not None:
-        found.append((limit, "--max-memory-per-rank"))
-    error = None
-    if found:
-        cap, source = min(found)
-        if the_plan.total > cap:
-            need = memory.min_ranks(cap, voc.size, cfg, positions=voc.total, corpus_bytes=corpus_bytes)
-            mib = lambda b: f"{b / memory.MIB:,.0f} MiB"  # noqa: E731
-            if need:
-                there = memory.plan(voc.size, cfg, need, positions=voc.total, corpus_bytes=corpus_bytes).total
-                hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
-            else:
-                hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
-                        f"the per-word tables {mib(the_plan.tables)}")
-            error = (f"memory plan does not fit: {mib(the_plan.total)} per rank planned on {comm.size} ranks "
-                     f"({voc.size:,} words, dim {cfg.dim}), limit {mib(cap)} per rank from {source}; {hint}")
-    comm.agree(error)  # every rank leaves together, before any matrix is allocated
-    return the_plan
+    try:
+        run = pipeline.train(args.corpus, args.out, threads=args.threads, stall_timeout=args.stall_timeout,
+                             max_memory_per_rank=args.max_memory_per_rank, checkpoint_every=args.checkpoint_every,
+                             final_checkpoint=args.final_checkpoint, resume=args.resume, format=args.format,
+                             quiet=args.quiet, tensorboard=args.tensorboard, **vars(config_from(args)))
+    except checkpoint.Interrupted:
+        return checkpoint.EXIT_INTERRUPTED
+    run.comm.watch.enter("query")
+    probes = [w for w in args.show.split(",") if w]
+    if probes:
+        shown = run.vectors().neighbors([w.encode() for w in probes], topn=8)
+        if shown:
+            _emit(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near)
+                  for word, near in shown.items())
+    return 0
 
 
 EVAL_DIR = os.path.join("data", "real", "eval")
@@ -431,16 +230,6 @@ def cmd_analogy(args):
     return 0
 
 
-def cmd_encode(args):
-    """The vocabulary (vocab.txt) and the encoded corpus (ids/): what train does before training."""
-    from . import encode
-
-    cfg, comm, say, paths, voc = _vocabulary(args)
-    comm.watch.enter("encode")
-    encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
-    return 0
-
-
 def cmd_export(args):
     """Word2vec files of a run's newest checkpoint (or step --step), written by every rank, streamed."""
     from . import comm as comm_mod
@@ -481,8 +270,8 @@ def add_corpus_options(p):
 
     d = Config()
     p.add_argument("corpus", nargs="*", help=f"text files, plain or .gz (default: the real English corpus, "
-                                              f"built into {os.path.dirname(DEFAULT_CORPUS)} on first use)")
-    p.add_argument("--out", default=os.path.join("runs", "default"), help="output folder (default: %(default)s)")
+                                              f"built into {os.path.dirname(pipeline.DEFAULT_CORPUS)} on first use)")
+    p.add_argument("--out", default=RUN_DEFAULTS["out"], help="output folder (default: %(default)s)")
     g = p.add_argument_group("vocabulary")
     g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
     g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
@@ -525,7 +314,7 @@ def add_train_options(p):
                    help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
                         "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")
     o = p.add_argument_group("output")
-    o.add_argument("--format", nargs="+", choices=["text", "binary"], default=["text", "binary"],
+    o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")
     o.add_argument("--show", default=PROBE_WORDS, metavar="WORDS",
                    help="comma-separated words whose neighbours are printed at the end, '' for none "
@@ -616,7 +405,7 @@ def parser():
                    "terminal, a line every 5 s otherwise.")
     add_train_options(t)
     k = t.add_argument_group("checkpoints (OUT/checkpoints/step-N: one file per rank and a manifest)")
-    k.add_argument("--checkpoint-every", type=float, default=30.0, metavar="MINUTES",
+    k.add_argument("--checkpoint-every", type=float, default=RUN_DEFAULTS["checkpoint_every"], metavar="MINUTES",
                    help="write a checkpoint every MINUTES of training (rank 0's clock), 0: only on SIGTERM or "
                         "SIGUSR1, which always write one and end the job with exit code 75 (default: %(default)s)")
     k.add_argument("--no-final-checkpoint", dest="final_checkpoint", action="store_false",

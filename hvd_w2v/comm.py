@@ -76,6 +76,7 @@ class Comm:
         self._calls = 0
         self.watch = Beat(self.rank)
         self.watchdog = None
+        self.finished = False  # finish() ran
 
     # -- dense, replicated tensors: Horovod ----------------------------------------------------------
     @_collective
@@ -284,7 +285,31 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
         raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
     _COMM = Comm(world, hvd, threads)
     _COMM.watch, _COMM.watchdog = beat, dog
+    # For scripts of the Python API (the command line does both itself, hvd_w2v/cli.py main): the watched
+    # last barrier at exit, and an uncaught exception that ends the whole job rather than leave the other
+    # ranks waiting in a collective.
+    atexit.register(finish, _COMM)
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _uncaught
     return _COMM
+
+
+def _uncaught(kind, value, tb):
+    """sys.excepthook once MPI runs. A UserError was raised on every rank (comm.agree): rank 0 prints it and
+    every rank exits with 1 through the last barrier. Any other exception may be one rank's alone: that rank
+    prints its traceback, each line prefixed with its rank, and aborts the job (MPI_Abort)."""
+    import traceback
+
+    rank = _COMM.rank if _COMM is not None else 0
+    if issubclass(kind, UserError):
+        if rank == 0:
+            sys.__excepthook__(kind, value, tb)
+        return
+    text = "".join(traceback.format_exception(kind, value, tb))
+    sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
+    sys.stderr.flush()
+    if _COMM is not None and _COMM.size > 1:
+        _COMM.mpi.Abort(1)
 
 
 def _start_mpi(stall_timeout):
@@ -337,9 +362,10 @@ def _libmpi():
 def finish(comm):
     """The end of a command on every rank: one last barrier, watched (a rank still busy, e.g. rank 0 writing
     the run's record on a stuck filesystem, would otherwise hold the others in MPI_Finalize, unwatched), then
-    the watchdog stops. Collective; nothing when MPI was not started."""
-    if comm is None:
+    the watchdog stops. Collective; nothing when MPI was not started, or the second time."""
+    if comm is None or comm.finished:
         return
+    comm.finished = True
     if comm.watchdog is not None:
         comm.watch.enter("finish")
         comm.barrier()

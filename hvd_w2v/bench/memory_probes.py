@@ -9,7 +9,6 @@
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
 """
-import os
 import resource
 import sys
 
@@ -101,12 +100,14 @@ def shapes(calls):
 
 def phases(argv):
     """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line)."""
-    from hvd_w2v import cli, encode, train
+    from hvd_w2v import cli, pipeline, train
 
     args = cli.parser().parse_args(["train", *argv])
-    cfg, comm, say, paths, voc = cli._vocabulary(args)
+    cfg = cli.config_from(args)
+    comm = pipeline.start(cfg, args.threads, args.stall_timeout)
+    paths, voc = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
     print(f"rank {comm.rank}: after vocab HWM {status('VmHWM')} RSS {status('VmRSS')} V {voc.size:,}", flush=True)
-    stream = encode.encode(comm, paths, voc, os.path.join(args.out, "ids"), say)
+    stream = pipeline.encode(comm, paths, voc, args.out)
     print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",
           flush=True)
     train.train(comm, cfg, voc, stream, progress=False)

@@ -1,0 +1,328 @@
+"""A training run, in the order it goes: start the ranks, check the output folder, build the vocabulary, plan
+the memory, write the vocabulary, encode the corpus, train (or resume), export, write the final checkpoint and
+record the run. `hvd-w2v train` (hvd_w2v/cli.py) and the Python API's ``hvd_w2v.train`` are both :func:`train`;
+`hvd-w2v vocab` and `encode` are its first stages (:func:`vocabulary`, :func:`encode`).
+
+Every function here is collective: every rank of the job calls it, with the same arguments. Bad input raises
+UserError on every rank (comm.agree), before anything already saved is touched. Messages go to rank 0's
+stderr (comm.log); the run's record is OUT/run.json (hvd_w2v/runfolder.py).
+"""
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass
+
+DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
+DEFAULT_OUT = os.path.join("runs", "default")
+FORMATS = ("text", "binary")
+
+
+@dataclass
+class Run:
+    """What :func:`train` leaves on every rank: the ranks (``comm``), the Config, the vocabulary, this rank's
+    share of the model (train.ShardedModel: its rows of W_in and W_out), the training's ``stats`` (train.train;
+    empty counts when --resume found the run finished) and the run's ``record`` (what OUT/run.json holds)."""
+
+    comm: object
+    cfg: object
+    vocab: object
+    model: object
+    stats: dict
+    record: dict
+    out: str
+
+    def vectors(self):
+        """The trained word vectors (W_in), unit-normalised, for sharded queries (vectors.ShardedVectors)."""
+        from .vectors import ShardedVectors
+
+        return ShardedVectors(self.comm, self.model.plan, self.vocab, self.model.w_in)
+
+    @property
+    def wv(self):
+        """The trained word vectors as sharded KeyedVectors, gensim's name: each rank keeps its rows."""
+        from .keyedvectors import KeyedVectors
+
+        return KeyedVectors(self.vectors())
+
+
+def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max_memory_per_rank=None,
+          checkpoint_every=30.0, final_checkpoint=True, resume=False, format=FORMATS, quiet=False,
+          tensorboard=None, **config):
+    """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
+
+    ``corpus``: text files, plain or .gz (None: the real English corpus, built into data/real on first use).
+    ``config``: the model's and the step's settings, hvd_w2v.config.Config's fields (dim=100, window=5,
+    negative=5, min_count=5, sample=1e-3, epochs=5, alpha=0.025, sg=True, batch_words=2048, ...; the same
+    defaults and meanings as `hvd-w2v train`'s options of those names). The run's own options:
+
+    - ``threads``: compute threads per rank (None: $HVD_W2V_THREADS, which mpi/launch sets, else 1);
+    - ``stall_timeout``: seconds a rank waits for the others before the job ends with exit code 76 (None:
+      automatic, 0: never; hvd_w2v/watchdog.py);
+    - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G");
+    - ``checkpoint_every``: minutes between checkpoints (0: only on SIGTERM or SIGUSR1);
+    - ``final_checkpoint``: keep W_in and W_out at the last step, for queries and --resume on any rank count;
+    - ``resume``: go on from the newest good checkpoint in ``out`` (from step 0 when there is none);
+    - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin);
+    - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars.
+
+    A SIGTERM or SIGUSR1 writes a checkpoint at the next agreed step and raises checkpoint.Interrupted on every
+    rank (the job should then exit with checkpoint.EXIT_INTERRUPTED, 75, and be run again with resume=True);
+    from then on the process ignores those signals, so that a launcher's later SIGTERM cannot turn the exit
+    code into 143.
+    """
+    from . import checkpoint, memory
+    from .config import Config
+    from .watchdog import io_budget
+
+    cfg = Config(**config)
+    t0 = time.monotonic()
+    unknown = set(format) - set(FORMATS)
+    if unknown or not format:
+        from .errors import UserError
+
+        raise UserError(f"format must be one or both of {', '.join(FORMATS)}, got {', '.join(format) or 'none'}")
+    limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
+    saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
+    comm, say = saver.comm, saver.log
+    record = {}  # OUT/run.json
+    if comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
+        comm.watchdog.on_stall = lambda info: _record_stall(out, record, info, saver)
+
+    planned = []
+    paths, voc = vocabulary(comm, corpus, out, cfg, check=lambda paths, voc: planned.append(
+        memory_plan(comm, cfg, voc, paths, limit)))
+    if tensorboard:
+        from . import runfolder
+
+        runfolder.writable(comm, tensorboard, shared=False)  # rank 0 alone writes the scalars
+    stream = encode(comm, paths, voc, out)
+    say(f"prepared in {time.monotonic() - t0:.1f} s")
+
+    try:
+        model, stats = _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, quiet,
+                                        tensorboard)
+    except checkpoint.Interrupted as e:
+        _record(comm, out, record, state="interrupted", steps_done=e.step, checkpoint=e.path)
+        say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
+            f"continue with --resume")
+        saver.leave()
+        raise
+    finally:
+        saver.restore()
+
+    comm.watch.enter("export", budget=io_budget(4 * model.w_in.nbytes))  # a text line: ~10 bytes a float
+    export(comm, out, model, voc.row_words, format)
+    final = None
+    if final_checkpoint and stats["words"]:
+        # After the export, so a checkpoint that cannot be written (one clear error) leaves the vectors saved.
+        final = saver.write(record["total_steps"], model)
+
+    comm.watch.enter("finish")
+    rows = comm.allgather(model.w_in.shape[0])
+    peak_mib = comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
+    say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; peak resident MiB per rank {peak_mib}")
+    plan_mib = planned[0].total / memory.MIB
+    say(f"memory: planned {plan_mib:,.0f} MiB per rank, measured peak {peak_mib} MiB "
+        f"({max(peak_mib) / plan_mib:.0%} of plan)")
+    summary = dict(state="finished", steps_done=record["total_steps"], **({"checkpoint": final} if final else {}))
+    if stats["words"]:  # nothing was trained when --resume found the run's last step
+        say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
+            f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
+            f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
+        summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
+                       final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
+                       exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4))
+    _record(comm, out, record, **summary)
+    return Run(comm, cfg, voc, model, stats, record, out)
+
+
+def start(cfg=None, threads=None, stall_timeout=None):
+    """MPI and Horovod (the first call starts them; comm.init): ``threads`` compute threads per rank, and
+    Horovod's cycle, short with hot rows, whose allreduce every step waits for. Returns the Comm."""
+    from . import comm as comm_mod
+
+    hot = cfg is not None and cfg.hot_rows
+    return comm_mod.init(threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS,
+                         stall_timeout=stall_timeout)
+
+
+def vocabulary(comm, corpus, out, cfg, check=None):
+    """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
+    corpus) and write it as OUT/vocab.txt ("word count" lines, most frequent first). Returns (paths, Vocab).
+
+    ``check(paths, vocab)``, when given, runs once the vocabulary is known and before anything is written to
+    ``out``: it may raise UserError on every rank (the memory plan does)."""
+    from . import export as export_mod
+    from . import runfolder, vocab
+    from .comm import log
+    from .shard import RowPlan
+
+    say = lambda m: log(comm, m)  # noqa: E731
+    comm.watch.enter("vocab")
+    runfolder.writable(comm, out)
+    if not corpus:
+        say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
+    paths = list(corpus) if corpus else default_corpus(comm)
+    voc = vocab.build(comm, paths, cfg, say)
+    if check:
+        check(paths, voc)
+    name = os.path.join(out, "vocab.txt")
+    export_mod.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
+    say(f"vocab: {name}")
+    return paths, voc
+
+
+def encode(comm, paths, voc, out):
+    """The corpus as word ids, OUT/ids/ (hvd_w2v.encode); returns the id stream every rank maps."""
+    from . import encode as encode_mod
+    from .comm import log
+
+    comm.watch.enter("encode")
+    return encode_mod.encode(comm, paths, voc, os.path.join(out, "ids"), lambda m: log(comm, m))
+
+
+def export(comm, folder, model, words, formats=FORMATS, name="vectors"):
+    """W_in as word2vec files FOLDER/NAME.txt and/or .bin: each rank writes its own rows' lines, streamed."""
+    from . import export as export_mod
+    from .comm import log
+
+    for fmt in formats:
+        path = os.path.join(folder, f"{name}.{'bin' if fmt == 'binary' else 'txt'}")
+        export_mod.write_word2vec(comm, path, model.plan, words, model.w_in, binary=fmt == "binary")
+        log(comm, f"export: {path}")
+
+
+def default_corpus(comm):
+    """The real English corpus (hvd_w2v.realcorpus), built by rank 0 on first use; returns its paths."""
+    from .watchdog import CORPUS_BUDGET
+
+    error = None
+    before = comm.watch.enter("corpus", budget=CORPUS_BUDGET)  # rank 0 may download for minutes meanwhile
+    if comm.rank == 0 and not os.path.exists(os.path.join(os.path.dirname(DEFAULT_CORPUS), ".complete")):
+        from . import realcorpus
+
+        try:
+            realcorpus.build(os.path.dirname(DEFAULT_CORPUS), log=lambda m: print(f"corpus: {m}", file=sys.stderr))
+        except RuntimeError as e:
+            error = f"cannot build the default corpus: {e}"
+    comm.agree(error)
+    comm.watch.leave(before)
+    return [DEFAULT_CORPUS]
+
+
+def memory_plan(comm, cfg, voc, paths, limit=None):
+    """Print the memory plan (rank 0) and the ranks' layout, and refuse to start, on every rank, when the
+    plan does not fit ``limit`` (bytes per rank) or a limit the job runs under (memory.limits). Returns the
+    MemoryPlan. Runs before the model is allocated and before the output folder is written."""
+    import socket
+
+    from . import comm as comm_mod
+    from . import memory
+    from .comm import log
+
+    # The plan's reading peak depends on the text per rank; a gzip file's text size is unknown (None).
+    corpus_bytes = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+    # The kept tokens approximate the id stream's length (sentence ends add one position per line).
+    the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes)
+    for line in the_plan.describe().splitlines():
+        log(comm, f"plan: {line}")
+    # Every rank's host, so each knows how many ranks share its node (and its cgroup).
+    hosts, where = comm_mod.layout(comm)
+    log(comm, f"layout: {where}")
+    found = memory.limits(hosts.count(socket.gethostname()))
+    if limit is not None:
+        found.append((limit, "--max-memory-per-rank"))
+    error = None
+    if found:
+        cap, source = min(found)
+        if the_plan.total > cap:
+            need = memory.min_ranks(cap, voc.size, cfg, positions=voc.total, corpus_bytes=corpus_bytes)
+            mib = lambda b: f"{b / memory.MIB:,.0f} MiB"  # noqa: E731
+            if need:
+                there = memory.plan(voc.size, cfg, need, positions=voc.total, corpus_bytes=corpus_bytes).total
+                hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
+            else:
+                hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
+                        f"the per-word tables {mib(the_plan.tables)}")
+            error = (f"memory plan does not fit: {mib(the_plan.total)} per rank planned on {comm.size} ranks "
+                     f"({voc.size:,} words, dim {cfg.dim}), limit {mib(cap)} per rank from {source}; {hint}")
+    comm.agree(error)  # every rank leaves together, before any matrix is allocated
+    return the_plan
+
+
+def _saver(out, cfg, threads, stall_timeout, checkpoint_every):
+    """Start the ranks and catch SIGTERM/SIGUSR1 from here on (a signal during the vocabulary or encoding is
+    acted on at training's first agreed step boundary). Returns the checkpoint.Saver of OUT/checkpoints."""
+    from . import checkpoint
+    from .comm import log
+    from .errors import UserError
+
+    if checkpoint_every < 0:
+        raise UserError(f"--checkpoint-every must be 0 (only on a signal) or more minutes, got {checkpoint_every}")
+    early = checkpoint.EarlySignals()
+    comm = start(cfg, threads, stall_timeout)
+    saver = checkpoint.Saver(comm, os.path.join(out, "checkpoints"), checkpoint_every, lambda m: log(comm, m))
+    saver.install(early)
+    return saver
+
+
+def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, quiet, tensorboard):
+    """train.train from scratch, or with ``resume`` from the newest good checkpoint of this run. Starts the
+    run's ``record``: its meta, ranks, corpus and state "training". Returns (ShardedModel, stats)."""
+    from . import checkpoint
+    from . import train as train_mod
+    from .progress import Progress
+    from .shard import RowPlan
+
+    say = saver.log
+    # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
+    comm.watch.enter("load")
+    vocab_sha = checkpoint.file_sha256(comm, os.path.join(out, "vocab.txt"))
+    resumed = None
+    if resume:
+        resumed = checkpoint.latest(comm, saver.root, RowPlan(voc.size, comm.size), cfg, voc.size, vocab_sha,
+                                    len(stream), say)
+        if resumed and resumed.step >= resumed.total_steps:
+            say(f"resume: {resumed.path} is the end of the run (step {resumed.step:,}); nothing left to train, "
+                f"the vectors are exported from it")
+        elif resumed:
+            say(f"resume: step {resumed.step:,} of {resumed.total_steps:,} from {resumed.path} "
+                f"(written on {resumed.ranks} ranks)")
+        else:
+            say(f"resume: no checkpoint under {saver.root}; starting at step 0")
+    elif comm.rank == 0 and checkpoint.scan(saver.root):
+        say(f"checkpoint: {saver.root} holds checkpoints of an earlier run; this run starts at step 0 and "
+            f"replaces them with its first checkpoint (use --resume to continue that run instead)")
+    run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
+    saver.begin(run_meta, resumed)
+    _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
+            state="training", steps_done=resumed.step if resumed else 0)
+    # The same object on every rank: with TensorBoard each report is collective (train.train's contract).
+    progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
+    return train_mod.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
+
+
+def _record(comm, out, record, **changes):
+    """Update the run's ``record`` (OUT/run.json) with ``changes``; rank 0 writes it. A record that cannot
+    be written is worth a warning, not the run. Every rank keeps the same dict."""
+    from . import runfolder
+    from .comm import log
+
+    record.update(changes)
+    if comm.rank == 0:
+        try:
+            runfolder.write_record(out, record)
+        except OSError as e:
+            log(comm, f"warning: cannot write {os.path.join(out, runfolder.RECORD)}: {e.strerror}")
+
+
+def _record_stall(out, record, info, saver):
+    """The stall in the run's record: called by the watchdog thread of the rank that ends the job, whichever
+    it is (rank 0 may be the one stopped), just before it ends it; ``steps_done`` is the steps that rank had
+    done, ``checkpoint`` the newest one, where --resume goes on from."""
+    from . import runfolder
+
+    record.update(state="stalled", stall=info, steps_done=info["step"],
+                  **({"checkpoint": saver.keep} if saver.keep else {}))
+    runfolder.write_record(out, record)
