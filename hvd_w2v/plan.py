@@ -249,8 +249,10 @@ class Compute:
 
 def measure_compute(corpus, cfg, at, repeats=7):
     """Compute from the real fused step op (sgns.step_function, one thread), timed in this process on one
-    rank's StepPlan of global step ``at`` with all ``batch_words`` positions and with 1/64 of them: the
-    median of ``repeats`` calls each, a line through the two."""
+    rank's StepPlan of global step ``at`` with all ``batch_words`` positions and with its first 32 (about the
+    call's fixed cost): the median of ``repeats`` calls each, a line through the two. (A line through two
+    large batches would not do: the op's cost per position grows with the batch, whose table of unique rows
+    outgrows the caches, so a line through 2,048 and 131,072 positions crossed zero at 4 ms.)"""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's start-up notes
     import tensorflow as tf
 
@@ -264,7 +266,7 @@ def measure_compute(corpus, cfg, at, repeats=7):
     rng = np.random.default_rng(0)
     seconds = {}
     epoch, lo, hi = share(cfg, len(stream), at, 0, 1)
-    for positions in (max(1, (hi - lo) // 64), hi - lo):
+    for positions in (min(32, hi - lo), hi - lo):
         step = StepPlan.of(batches.build(stream, voc, cfg, epoch, lo, lo + positions), row_plan, 0, cfg.sg,
                            step_fn.groups)
         rows = step_fn.empty_rows(step.table, cfg.dim)
