@@ -11,7 +11,7 @@ collective and gives the same answer on every rank::
 ``train`` is hvd_w2v.pipeline.train, ``load`` hvd_w2v.keyedvectors.load; bad input raises :class:`UserError`.
 """
 from .errors import UserError
-# (train: added when the module train.py is renamed, so that the name is free)
+from .pipeline import train
 
 __version__ = "0.1.0"
 __all__ = ["train", "load", "KeyedVectors", "UserError"]

@@ -4,7 +4,7 @@
 //   hvd_w2v_build: batches.build (subsampling, reduced windows, contexts within the sentence and the span,
 //     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
 //     operation the one numpy does, in the same order and precision: the same examples, bit for bit.
-//   hvd_w2v_step_plan: train.StepPlan.of for the fused op (one block): the step's unique keys grouped by
+//   hvd_w2v_step_plan: training.StepPlan.of for the fused op (one block): the step's unique keys grouped by
 //     owner, each example's slots in that table, and the SGD-update count of each row.
 // tests/test_batches.py holds both to numpy. Called through ctypes by hvd_w2v/native.py, which checks the
 // arrays first; built there with g++ (-ffp-contract=off: no fused multiply-adds, which round differently).
@@ -132,7 +132,7 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
   return n;
 }
 
-// train.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
+// training.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
 // negatives[n, negative]) on ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
 // Writes the unique keys (2 id + matrix) grouped by owner, in order of first sight within an owner, to
 // keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each key to sgd[U], and the

@@ -167,7 +167,7 @@ def save(comm, root, model, step, run_meta):
 
 def _write_rows(path, rows):
     """Write W_in then W_out (float32 little-endian) of ``rows`` (float32[n, 2, dim], interleaved as
-    train.ShardedModel) to ``path``, fsynced; returns its manifest entry. Copied out CHUNK bytes at a time,
+    training.ShardedModel) to ``path``, fsynced; returns its manifest entry. Copied out CHUNK bytes at a time,
     so writing costs no memory in proportion to the model."""
     h = hashlib.sha256()
     block = max(1, CHUNK // (4 * rows.shape[2]))

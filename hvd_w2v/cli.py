@@ -122,47 +122,11 @@ EVAL_DIR = os.path.join("data", "real", "eval")
 
 
 def _load_model(path, step=None, stall_timeout=None):
-    """Start the ranks and read a model, each rank keeping its own rows: a word2vec file, or a run folder's
-    newest checkpoint (``step``: that one) or a checkpoint folder. Collective; returns (comm, ShardedVectors).
-    ``stall_timeout``: the watchdog's limit (comm.init)."""
-    from . import comm as comm_mod
-    from . import runfolder
-    from .comm import log
-    from .vectors import load
+    """keyedvectors.load: (comm, vectors.ShardedVectors) of a word2vec file, a run folder or a checkpoint."""
+    from .keyedvectors import load
 
-    if not os.path.isdir(path):
-        if step is not None:
-            raise UserError("--step chooses a checkpoint of a run folder; the model given is a word2vec file")
-        comm = comm_mod.init(stall_timeout=stall_timeout)
-        comm.watch.enter("load")
-        vectors = load(comm, path)
-        log(comm, f"load: {path}: {vectors.plan.vocab_size:,} words of {vectors.unit.shape[1]} dimensions, "
-                  f"{vectors.plan}")
-        comm.watch.enter("query")
-        return comm, vectors
-    comm = comm_mod.init(stall_timeout=stall_timeout)
-    comm.watch.enter("load")
-    model = runfolder.load(comm, path, step, lambda m: log(comm, m))
-    log(comm, f"load: {model.describe()}")
-    _note_finished(comm, model)
-    vectors = model.sharded(comm)
-    comm.watch.enter("query")
-    return comm, vectors
-
-
-def _note_finished(comm, model):
-    """Rank 0 says so when the checkpoint read is an earlier step of a finished run (one trained with
-    --no-final-checkpoint, or whose last checkpoint was passed over), whose final vectors are elsewhere."""
-    from . import runfolder
-    from .comm import log
-
-    if comm.rank == 0:
-        record = runfolder.read_record(model.run) or {}
-        final = os.path.join(model.run, "vectors.bin")
-        if (record.get("state") == "finished" and os.path.exists(final)
-                and model.manifest["step"] < model.manifest["total_steps"]):
-            log(comm, f"note: the run finished ({record.get('total_steps', 0):,} steps); its final vectors are "
-                      f"{final}, this checkpoint is of step {model.manifest['step']:,}")
+    kv = load(path, step, stall_timeout=stall_timeout)
+    return kv.comm, kv.sharded
 
 
 def cmd_evaluate(args):
@@ -243,7 +207,7 @@ def cmd_export(args):
     say = lambda m: log(comm, m)  # noqa: E731
     model = runfolder.load(comm, args.run, args.step, say)
     say(f"load: {model.describe()}")
-    _note_finished(comm, model)
+    runfolder.note_finished(comm, model)
     out = args.out or model.run
     comm.watch.enter("export", budget=io_budget(4 * model.w_in.nbytes))
     runfolder.writable(comm, out, name="--out" if args.out else "the run folder")
@@ -340,7 +304,7 @@ def _add_stall_option(p):
     p.add_argument("--stall-timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="a rank that has waited this long for the others ends the job with exit code 76, naming "
                         "the ranks and hosts that did not come; 0: never (default: the larger of 120 s and 50 "
-                        "median training steps; README, 'Stalls')")
+                        "median training steps; README, 'Checkpoints and exit codes')")
 
 
 def _seconds(text):
@@ -356,7 +320,7 @@ def _seconds(text):
 def _add_config_option(p):
     p.add_argument("--config", metavar="FILE", default=None,
                    help="read options from FILE (TOML, or INI for .ini/.cfg/.conf; keys are long option names "
-                        "without the dashes); the command line wins (see README, 'Config files')")
+                        "without the dashes); the command line wins (README, 'Training')")
 
 
 def _add_model_argument(p, what):
@@ -385,7 +349,7 @@ EPILOG = """examples:
   mpi/launch -n 2 hvd-w2v analogy runs/mine/vectors.bin "man king woman"
   mpi/launch -n 2 hvd-w2v evaluate runs/mine/vectors.bin              # analogies, WordSim353, SimLex-999
 
-Every command but info runs on the ranks mpi/launch (or srun) starts, each rank holding its share of the
+Every command but info and plan runs on the ranks mpi/launch (or srun) starts, each rank holding its share of the
 model; `COMMAND --help` lists a command's options."""
 
 
@@ -515,6 +479,16 @@ def parser():
     ])
     _add_stall_option(c)
     c.set_defaults(func=cmd_check)
+
+    from . import plan
+
+    n = _command(sub, "plan", "what a step's exchange costs on 2 to 1,024 ranks, planned from the corpus (no MPI)", [
+        "hvd-w2v plan data/real/corpus.txt --ranks 2,4,8,16,32,64,128,256,512,1024 --hot-rows 0,256,4096",
+        "hvd-w2v plan runs/mine --ranks 2,3,4 --steps all           # a run folder: its vocab.txt and ids/",
+    ], description=plan.__doc__.split("\n\n")[0].replace("\n", " ") + ".")
+    plan.add_arguments(n)
+    _add_config_option(n)
+    n.set_defaults(func=plan.run)
     p.commands = sub.choices  # {name: subparser}, for --config (configfile.apply)
     return p
 

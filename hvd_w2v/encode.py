@@ -51,13 +51,8 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None):
         if any(e for _, e in states) or not any(b for b, _ in states):
             break
         sents, closed = corpus.sentences(*block) if block else ([], [])
-        ids = lookup(comm, vocab, sents)
-        out = []
-        for tokens, end in zip(sents, closed):
-            out.extend(i for i in map(ids.__getitem__, tokens) if i >= 0)
-            if end:
-                out.append(SENTENCE_END)
-        arr = np.array(out, dtype=np.int32)
+        arr = _ids(sents, closed, lookup(comm, vocab, sents))
+        del sents
         try:
             arr.tofile(f)
         except OSError as e:
@@ -101,6 +96,19 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None):
         error = f"cannot read the encoded corpus under {outdir} on {where}: {e.strerror}"
     comm.agree(error)
     return stream
+
+
+def _ids(sents, closed, ids):
+    """The block's part of the stream: each sentence's in-vocabulary ids (``ids``: {token: id or -1}), then
+    SENTENCE_END where ``closed`` says it ends. Built in numpy arrays rather than a list of Python ints, which
+    would cost some 36 bytes a token while the block's token lists are alive."""
+    lengths = np.fromiter(map(len, sents), np.int64, count=len(sents))
+    flat = np.fromiter((ids[t] for tokens in sents for t in tokens), np.int32, count=int(lengths.sum()))
+    ends = np.cumsum(lengths)[np.fromiter(closed, bool, count=len(closed))]
+    marked = np.insert(flat, ends, -2)  # -2 after each closed sentence; out-of-vocabulary tokens are -1
+    marked = marked[marked != -1]
+    marked[marked == -2] = SENTENCE_END
+    return marked
 
 
 def lookup(comm, vocab, sents):

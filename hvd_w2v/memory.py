@@ -45,7 +45,7 @@ def distinct_counts(vocab_size, tokens=0):
 # The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
 # executor and the allocators' slack. Fitted on 2-rank runs of `hvd_w2v.bench.memory_probes phases` (VmHWM
 # after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, V 13,287, with the step shapes
-# bucketed (train.CENTRE_BUCKET): --dim 10 --batch-words 2048 added 20 MiB over the pre-training RSS and
+# bucketed (training.CENTRE_BUCKET): --dim 10 --batch-words 2048 added 20 MiB over the pre-training RSS and
 # --dim 100 --batch-words 256 added 24 MiB; less the model, the id stream and the float blocks below, solved
 # for a fixed part and a part per slot. (Before the buckets, TensorFlow's per-shape state made it 95 and 60.)
 STEP_FIXED_BYTES = 10 * MIB
@@ -60,18 +60,19 @@ STEP_SLOT_COPIES = 3
 # The exchange buffers (rows sent, updates received, their sums) are the same size on a balanced plan and
 # are not alive at the same time as TensorFlow's: covered by the same count.
 STEP_UNIQUE_COPIES = 5
-# Steps whose examples train.Ahead builds ahead of use, while the exchange waits for other ranks; each
+# Steps whose examples training.Ahead builds ahead of use, while the exchange waits for other ranks; each
 # StepPlan holds at most 16 B per slot (int32 ctx/tgt slots, and the compiled builder's int64 key and float32
 # SGD-count buffers, sized for every slot).
 AHEAD_STEPS = 4
 PLAN_BYTES_PER_SLOT = 16
 
-# Reading text (corpus.read_blocks, then vocab counting and encode's sentences, id lists and lookups):
-# encode's peak was 12.7 B per byte of the block being read (VmHWM after encode minus the baseline, 2
-# ranks, 6 MB per rank, `hvd_w2v.bench.memory_probes phases` on the first 12 MB of the real corpus); 13 for an
-# upper bound. A block is
-# at most corpus.BLOCK_BYTES (8 MiB); this peak is over before the model is allocated.
-READ_BYTES_PER_TEXT_BYTE = 13
+# Reading text (corpus.read_blocks, then vocab counting and encode's sentences, id lists and lookups), per
+# byte of the block being read: VmHWM after encode minus the baseline, less PARTIAL_BYTES, over the block
+# (`mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases data/real/corpus.txt --out DIR --epochs 1`:
+# the whole real corpus, so that each rank reads several full blocks and the heap keeps what the earlier
+# blocks left; a corpus of one block per rank peaks lower). Rounded up; figures in hvd_w2v/bench/README.md,
+# "Memory". A block is at most corpus.BLOCK_BYTES (8 MiB); this peak is over before the model is allocated.
+READ_BYTES_PER_TEXT_BYTE = 18
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs):
 
 
 def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad):
-    """train.StepPlan.of's table for one block (the fused op's). Returns keys int64[U] grouped by owner, hot
+    """training.StepPlan.of's table for one block (the fused op's). Returns keys int64[U] grouped by owner, hot
     last; owned int64[ranks + 1]; ctx int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples'
     slots ("none" where empty); sgd float32[U]."""
     centres, contexts, negatives = (np.ascontiguousarray(a, np.int64) for a in (centres, contexts, negatives))

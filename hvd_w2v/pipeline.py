@@ -21,7 +21,7 @@ FORMATS = ("text", "binary")
 @dataclass
 class Run:
     """What :func:`train` leaves on every rank: the ranks (``comm``), the Config, the vocabulary, this rank's
-    share of the model (train.ShardedModel: its rows of W_in and W_out), the training's ``stats`` (train.train;
+    share of the model (training.ShardedModel: its rows of W_in and W_out), the training's ``stats`` (training.train;
     empty counts when --resume found the run finished) and the run's ``record`` (what OUT/run.json holds)."""
 
     comm: object
@@ -33,7 +33,7 @@ class Run:
     out: str
 
     def vectors(self):
-        """The trained word vectors (W_in), unit-normalised, for sharded queries (vectors.ShardedVectors)."""
+        """The trained word vectors (W_in, this rank's rows) for sharded queries (vectors.ShardedVectors)."""
         from .vectors import ShardedVectors
 
         return ShardedVectors(self.comm, self.model.plan, self.vocab, self.model.w_in)
@@ -268,10 +268,10 @@ def _saver(out, cfg, threads, stall_timeout, checkpoint_every):
 
 
 def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, quiet, tensorboard):
-    """train.train from scratch, or with ``resume`` from the newest good checkpoint of this run. Starts the
+    """training.train from scratch, or with ``resume`` from the newest good checkpoint of this run. Starts the
     run's ``record``: its meta, ranks, corpus and state "training". Returns (ShardedModel, stats)."""
     from . import checkpoint
-    from . import train as train_mod
+    from . import training
     from .progress import Progress
     from .shard import RowPlan
 
@@ -298,9 +298,9 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
     saver.begin(run_meta, resumed)
     _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
             state="training", steps_done=resumed.step if resumed else 0)
-    # The same object on every rank: with TensorBoard each report is collective (train.train's contract).
+    # The same object on every rank: with TensorBoard each report is collective (training.train's contract).
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
-    return train_mod.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
+    return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
 
 
 def _record(comm, out, record, **changes):

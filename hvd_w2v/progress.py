@@ -21,7 +21,7 @@ import numpy as np
 
 LOG_EVERY = 5.0  # seconds between log lines when the output is not a terminal
 BAR_MIN, BAR_MAX = 10, 30  # characters of the bar between its brackets
-DRAW_EVERY = 0.25  # seconds between redraws of the bar at least (reports come about every train.REPORT_SECONDS)
+DRAW_EVERY = 0.25  # seconds between redraws of the bar at least (reports come about every training.REPORT_SECONDS)
 TTY_ENV = "HVD_W2V_TTY"
 
 _open_bar = None  # the stream whose last line is a bar not yet ended by a newline
@@ -80,7 +80,7 @@ def slowest_lag(work, steps):
 
 
 class Progress:
-    """What train.train calls at every loss report (every rank, same steps).
+    """What training.train calls at every loss report (every rank, same steps).
 
     ``display``: show progress on rank 0 (a bar or log lines, see the module docstring); ``tensorboard``: a
     folder for TensorBoard event files, written by rank 0 (the same value on every rank: with it, each report

@@ -290,7 +290,6 @@ def load(comm, path):
     is its record index: our exports are in frequency order) and the ``word -> id`` entries it hash-owns.
     Collective. Raises UserError on every rank for a missing, malformed or truncated file.
     """
-    from .errors import UserError
     from .shard import RowPlan
     from .vocab import hash64, hash_owner
 

@@ -94,7 +94,7 @@ def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot,
     keys grouped by owner as numpy's (within an owner the order may differ: no sum depends on it), the same
     SGD count per key, and every example slot pointing at the same key."""
     from hvd_w2v.shard import RowPlan
-    from hvd_w2v.train import StepPlan
+    from hvd_w2v.training import StepPlan
 
     stream, voc = zipf_stream(30_000, 3_000, seed=2), zipf_vocab(3_000, 1e-3)
     plan = RowPlan(3_000, ranks)

@@ -21,7 +21,7 @@ from conftest import LAUNCH, ROOT, launch
 from hvd_w2v import cli, configfile
 from hvd_w2v.synthetic import generate
 
-COMMANDS = ["train", "vocab", "encode", "export", "evaluate", "neighbors", "analogy", "info", "check"]
+COMMANDS = ["train", "vocab", "encode", "export", "evaluate", "neighbors", "analogy", "info", "check", "plan"]
 TIMEOUT = 120
 # The progress line benchmarks parse when the output is not a terminal (hvd_w2v/progress.py).
 LOG_LINE = re.compile(r"^train: +\d+\.\d%  epoch \d+/\d+  [\d,]+ words/s  loss \d+\.\d{4}  alpha \d\.\d{5}  "
@@ -43,8 +43,8 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """15,617 positions: 245 steps of 64, so two loss reports (train.FIRST_REPORT = 200 steps, then the end, as
-    the next report is at least train.MIN_REPORT_STEPS = 50 later) in one epoch."""
+    """15,617 positions: 245 steps of 64, so two loss reports (training.FIRST_REPORT = 200 steps, then the end, as
+    the next report is at least training.MIN_REPORT_STEPS = 50 later) in one epoch."""
     path = tmp_path_factory.mktemp("small") / "small.txt"
     generate(str(path), 16000, vocab=1000, seed=2)
     return path

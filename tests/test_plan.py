@@ -67,9 +67,9 @@ def test_sampled_steps_spread_over_the_epoch():
 
 
 def test_a_rank_plans_what_training_prepares(corpus, tmp_path):
-    """plan_steps' keys per owner are those of train.prepare_step, the function each training rank calls."""
+    """plan_steps' keys per owner are those of training.prepare_step, the function each training rank calls."""
     from hvd_w2v.shard import RowPlan
-    from hvd_w2v.train import prepare_step
+    from hvd_w2v.training import prepare_step
 
     cfg = Config(batch_words=256)
     c = plan.open_corpus([corpus], cfg)

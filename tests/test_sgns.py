@@ -6,7 +6,7 @@ import pytest
 from hvd_w2v import sgns
 from hvd_w2v.batches import Batch
 from hvd_w2v.shard import RowPlan
-from hvd_w2v.train import StepPlan
+from hvd_w2v.training import StepPlan
 
 
 def one_group(sg, fused):
@@ -110,7 +110,7 @@ def test_a_step_plan_equals_word2vec_loops(sg, fused, groups):
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
 def test_padding_changes_nothing(sg, fused):
-    """train.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
+    """training.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
     table, ctx, tgt = example(4)
     fn = one_group(sg, fused)
     updates, loss, count = fn(table, ctx, tgt, np.float32(0.025))

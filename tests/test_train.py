@@ -128,7 +128,7 @@ def test_planted_synonyms_are_neighbours(tmp_path):
 @pytest.mark.mpi(2, 3)
 def test_export_matches_the_in_memory_model(comm, nranks, tmp_path_factory):
     """Each rank's rows, as trained in memory, are the rows gensim reads back from both exports."""
-    from hvd_w2v import comm as comm_mod, encode, export, train as train_mod, vocab
+    from hvd_w2v import comm as comm_mod, encode, export, training, vocab
     from hvd_w2v.config import Config
 
     c = comm_mod.init()
@@ -140,7 +140,7 @@ def test_export_matches_the_in_memory_model(comm, nranks, tmp_path_factory):
     cfg = Config(epochs=1, batch_words=1024)
     voc = vocab.build(c, [path], cfg)
     stream = encode.encode(c, [path], voc, f"{folder}/ids")
-    model, _ = train_mod.train(c, cfg, voc, stream, progress=False)
+    model, _ = training.train(c, cfg, voc, stream, progress=False)
     for binary in (True, False):
         name = f"{folder}/v.{'bin' if binary else 'txt'}"
         export.write_word2vec(c, name, model.plan, voc.row_words, model.w_in, binary=binary)

@@ -5,7 +5,7 @@
     python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
                                                                          # STEP_*_BYTES, READ_BYTES_PER_TEXT_BYTE
-    python -m hvd_w2v.bench.memory_probes shapes 3000                    # train.CENTRE_BUCKET, ROW_BUCKET
+    python -m hvd_w2v.bench.memory_probes shapes 3000                    # training.CENTRE_BUCKET, ROW_BUCKET
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
 """
@@ -78,7 +78,7 @@ def shapes(calls):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     from hvd_w2v import sgns
-    from hvd_w2v.train import CENTRE_BUCKET, ROW_BUCKET, _round_up
+    from hvd_w2v.training import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
     fn = sgns.step_function(True, 5)
     for bucketed in (False, True):
@@ -100,7 +100,7 @@ def shapes(calls):
 
 def phases(argv):
     """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line)."""
-    from hvd_w2v import cli, pipeline, train
+    from hvd_w2v import cli, pipeline, training
 
     args = cli.parser().parse_args(["train", *argv])
     cfg = cli.config_from(args)
@@ -110,7 +110,7 @@ def phases(argv):
     stream = pipeline.encode(comm, paths, voc, args.out)
     print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",
           flush=True)
-    train.train(comm, cfg, voc, stream, progress=False)
+    training.train(comm, cfg, voc, stream, progress=False)
     print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
           f"RssAnon {status('RssAnon')}", flush=True)
 
