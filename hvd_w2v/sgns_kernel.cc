@@ -61,6 +61,26 @@ inline void sigmoid_and_loss(float f, bool positive, float* sig, double* loss) {
   *loss += (x >= 0 ? 0.f : -x) + log1p_unit(e);
 }
 
+// A target slot that trains nothing: no target, or a noise word equal to the centre.
+inline bool skipped(const int32* ts, int k, int none) { return ts[k] == none || (k > 0 && ts[k] == ts[0]); }
+
+// grad[k] = (label - sigmoid(l1 . target k)) * alpha for the k1 targets ts of one input row l1, and their loss.
+// Every dot product first, then the sigmoids, then (the caller) the updates: the dot products are independent
+// (they read the step's snapshot, never the updates), so they overlap instead of each waiting for the one
+// before it through its sigmoid and updates; each value, and the order the loss and the updates are summed
+// in, is the same as one target at a time.
+inline void gradients(const float* l1, const float* rows, const int32* ts, int k1, int none, int d, float alpha,
+                      float* grad, double* loss) {
+  for (int k = 0; k < k1; ++k)
+    grad[k] = skipped(ts, k, none) ? 0.f : dot(l1, rows + static_cast<int64_t>(ts[k]) * d, d);
+  for (int k = 0; k < k1; ++k) {
+    if (skipped(ts, k, none)) continue;
+    float sig;
+    sigmoid_and_loss(grad[k], k == 0, &sig, loss);
+    grad[k] = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
+  }
+}
+
 class SgnsStep : public OpKernel {
  public:
   explicit SgnsStep(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("sg", &sg_)); }
@@ -82,7 +102,7 @@ class SgnsStep : public OpKernel {
     // Added into in place: no update ever goes to the "no context" row, which has no place here.
     float* up = up_t->flat<float>().data();
     std::fill(up, up + (T - 1) * d, 0.f);
-    std::vector<float> work(d), hidden(d);
+    std::vector<float> work(d), hidden(d), grad;
     double loss = 0.0, count = 0.0;
 
     for (int g = 0; g < ctxs.size(); ++g) {
@@ -94,6 +114,7 @@ class SgnsStep : public OpKernel {
       const int w = static_cast<int>(ctx_t.dim_size(1)), k1 = static_cast<int>(tgt_t.dim_size(1));
       const int32* ctx = ctx_t.flat<int32>().data();
       const int32* tgt = tgt_t.flat<int32>().data();
+      grad.resize(k1);
       for (int64_t i = 0; i < n * w; ++i)
         OP_REQUIRES(c, ctx[i] >= 0 && ctx[i] <= none, errors::InvalidArgument("context row out of range"));
       for (int64_t i = 0; i < n * k1; ++i)
@@ -106,15 +127,13 @@ class SgnsStep : public OpKernel {
           for (int j = 0; j < w; ++j) {
             if (cs[j] == none) continue;
             const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
+            gradients(l1, rows, ts, k1, none, d, alpha, grad.data(), &loss);
             std::fill(work.begin(), work.end(), 0.f);
             for (int k = 0; k < k1; ++k) {
-              if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
+              if (skipped(ts, k, none)) continue;
               const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
-              float sig;
-              sigmoid_and_loss(dot(l1, l2, d), k == 0, &sig, &loss);
-              const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
-              axpy(grad, l2, work.data(), d);                          // word2vec.c's neu1e
-              axpy(grad, l1, up + static_cast<int64_t>(ts[k]) * d, d);
+              axpy(grad[k], l2, work.data(), d);                          // word2vec.c's neu1e
+              axpy(grad[k], l1, up + static_cast<int64_t>(ts[k]) * d, d);
             }
             axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
             count += 1;
@@ -129,15 +148,13 @@ class SgnsStep : public OpKernel {
           }
           if (m == 0) continue;  // a padding centre learns nothing
           for (int x = 0; x < d; ++x) hidden[x] /= m;
+          gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), &loss);
           std::fill(work.begin(), work.end(), 0.f);
           for (int k = 0; k < k1; ++k) {
-            if (ts[k] == none || (k > 0 && ts[k] == ts[0])) continue;
+            if (skipped(ts, k, none)) continue;
             const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
-            float sig;
-            sigmoid_and_loss(dot(hidden.data(), l2, d), k == 0, &sig, &loss);
-            const float grad = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
-            axpy(grad, l2, work.data(), d);
-            axpy(grad, hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
+            axpy(grad[k], l2, work.data(), d);
+            axpy(grad[k], hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
           }
           // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
           for (int j = 0; j < w; ++j)
