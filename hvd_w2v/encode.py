@@ -1,10 +1,11 @@
-"""Encode the corpus once into token-id shards on disk, which training memory-maps.
+"""Encode the corpus once into token-id shards on disk, which training reads by position range.
 
 The id stream is the corpus's tokens in order, as int32 word ids, with out-of-vocabulary tokens dropped (as
 word2vec does before windowing) and ``SENTENCE_END`` after every sentence. Rank ``r`` writes the part of the
 stream from its own byte range to ``ids.{r:05d}.i32``; laid end to end in rank order, the parts are the same
 stream for any rank count, so training positions are global and rank-count free.
 """
+import errno
 import json
 import os
 import socket
@@ -122,26 +123,66 @@ def lookup(comm, vocab, sents):
 
 
 class TokenStream:
-    """The encoded corpus: global positions ``0..len-1`` over the memory-mapped shards of any writer."""
+    """The encoded corpus: global positions ``0..len-1`` over the shards of any writer, read by range.
+
+    Read with pread, not memory-mapped: a rank reads the positions of its share of each step (with the context
+    span around them) and nothing else, so over an epoch it reads about 1/P of the stream and keeps none of it
+    resident. A mapping would keep every page it touched in the rank's resident set, and the kernel's
+    readahead would fetch the other ranks' positions too; POSIX_FADV_RANDOM turns that readahead off here.
+    ``bytes_read``: the bytes this process has read (4 per position). At most OPEN_SHARDS shards are open at
+    once (a step's positions lie in one or two), so no rank count runs out of file descriptors.
+    """
+
+    OPEN_SHARDS = 4
 
     def __init__(self, folder):
+        self._open = {}  # shard -> file descriptor, oldest first
         with open(os.path.join(folder, "stream.json")) as f:
             index = json.load(f)
         self.raw_words = index["raw_words"]
-        self.parts = [np.memmap(os.path.join(folder, f"ids.{r:05d}.i32"), dtype=np.int32, mode="r", shape=(n,))
-                      if n else np.zeros(0, np.int32) for r, n in enumerate(index["parts"])]
+        self.paths = [os.path.join(folder, f"ids.{r:05d}.i32") for r in range(len(index["parts"]))]
+        for path, n in zip(self.paths, index["parts"]):
+            if os.path.getsize(path) != 4 * n:
+                raise OSError(errno.EINVAL, f"{path} holds {os.path.getsize(path):,} bytes, not the {4 * n:,} "
+                                            f"of stream.json", path)
         self.starts = np.concatenate(([0], np.cumsum(index["parts"]))).astype(np.int64)
         self.length = int(self.starts[-1])
+        self.bytes_read = 0
 
     def __len__(self):
         return self.length
 
     def read(self, lo, hi):
-        """ids at positions ``[lo, hi)``, clipped to the stream (a copy; int32)."""
+        """ids at positions ``[lo, hi)``, clipped to the stream (a new int32 array)."""
         lo, hi = max(lo, 0), min(hi, self.length)
-        pieces = []
-        for part, start, stop in zip(self.parts, self.starts[:-1], self.starts[1:]):
+        out = np.empty(max(hi - lo, 0), np.int32)
+        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        for part in range(max(first, 0), len(self.paths)):
+            start, stop = int(self.starts[part]), int(self.starts[part + 1])
+            if start >= hi:
+                break
             a, b = max(lo, start), min(hi, stop)
             if a < b:
-                pieces.append(np.asarray(part[a - start:b - start]))
-        return np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+                view = memoryview(out[a - lo:b - lo]).cast("B")
+                if os.preadv(self._fd(part), [view], 4 * (a - start)) != len(view):
+                    raise OSError(errno.EIO, f"{self.paths[part]} ended early", self.paths[part])
+                self.bytes_read += len(view)
+        return out
+
+    def _fd(self, part):
+        fd = self._open.pop(part, None)
+        if fd is None:
+            if len(self._open) >= self.OPEN_SHARDS:
+                os.close(self._open.pop(next(iter(self._open))))
+            fd = os.open(self.paths[part], os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        self._open[part] = fd  # now the newest
+        return fd
+
+    def close(self):
+        for fd in self._open.values():
+            os.close(fd)
+        self._open.clear()
+
+    def __del__(self):
+        self.close()

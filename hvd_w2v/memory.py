@@ -79,8 +79,9 @@ READ_BYTES_PER_TEXT_BYTE = 18
 class MemoryPlan:
     """Expected resident bytes per rank, by component (the most loaded rank: rows rounded up).
 
-    ``total = baseline + tables + words + max(read, model + step + hot + stream)``: reading the text
-    (vocabulary, encoding) is over before training allocates the model and the step buffers.
+    ``total = baseline + tables + words + max(read, model + step + hot)``: reading the text (vocabulary,
+    encoding) is over before training allocates the model and the step buffers. The id stream is not in it:
+    each rank reads its positions of every step with pread (encode.TokenStream), into the step's buffers.
     """
 
     ranks: int
@@ -90,12 +91,11 @@ class MemoryPlan:
     words: int  # word strings and lookup of the words this rank owns: ceil(V/P) x WORD_BYTES
     step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
     hot: int  # hot-row replicas [2H, d] and the allreduce block [2H, d+1] with Horovod's in and out copies
-    stream: int  # pages of the memory-mapped id stream: 4 B x positions (every rank reads all of it)
     read: int  # peak while reading text: min(block, corpus bytes / P) x READ_BYTES_PER_TEXT_BYTE + PARTIAL_BYTES
 
     @property
     def training(self):
-        return self.model + self.step + self.hot + self.stream
+        return self.model + self.step + self.hot
 
     @property
     def total(self):
@@ -107,7 +107,7 @@ class MemoryPlan:
         return (f"{m(self.total)} MiB per rank on {self.ranks} ranks = baseline {m(self.baseline)} + tables "
                 f"{m(self.tables)} + words {m(self.words)} + training {m(self.training)}\n"
                 f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
-                f"{m(self.hot)} + id stream {m(self.stream)}; reading text, before it: {m(self.read)}")
+                f"{m(self.hot)}; reading text, before it: {m(self.read)}")
 
     __str__ = describe
 
@@ -146,7 +146,6 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None):
         words=rows * WORD_BYTES,
         step=step_bytes(cfg, vocab_size, ranks),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
-        stream=4 * positions,
         read=PARTIAL_BYTES + READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
                                                          else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
     )
@@ -280,8 +279,7 @@ def main(argv=None):
     p.add_argument("--tokens", type=float, default=0,
                    help="kept corpus tokens: they bound the distinct counts (default 0: unknown, V of them)")
     p.add_argument("--positions", type=float, default=0,
-                   help="the id stream's length, to count its pages (default 0: left out; they are file-backed "
-                        "and reclaimable, so they need not fit)")
+                   help="the id stream's length: the kept tokens when --tokens is not given (default 0)")
     p.add_argument("--corpus-bytes", type=float, default=None, help="text size (default: unknown, a full block)")
     p.add_argument("--ranks", type=int, nargs="*", default=[])
     a = p.parse_args(argv)

@@ -130,9 +130,14 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
         say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
             f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
             f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
+        whole = 4 * len(stream) * stats["words"] / voc.raw_words  # the stream's bytes over the epochs trained
+        say("done: the id stream's share each rank read: "
+            + ", ".join(f"{b / whole:.1%}" for b in stats["stream_read"])
+            + f" of {4 * len(stream) / memory.MIB:,.1f} MiB an epoch")
         summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
                        final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
-                       exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4))
+                       exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4),
+                       stream_read_bytes=stats["stream_read"])
     _record(comm, out, record, **summary)
     return Run(comm, cfg, voc, model, stats, record, out)
 
@@ -174,7 +179,7 @@ def vocabulary(comm, corpus, out, cfg, check=None):
 
 
 def encode(comm, paths, voc, out):
-    """The corpus as word ids, OUT/ids/ (hvd_w2v.encode); returns the id stream every rank maps."""
+    """The corpus as word ids, OUT/ids/ (hvd_w2v.encode); returns the id stream (encode.TokenStream)."""
     from . import encode as encode_mod
     from .comm import log
 

@@ -156,6 +156,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     stats["seconds"] = time.monotonic() - start
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
+    stats["stream_read"] = comm.allgather(stream.bytes_read)  # mpi4py: the id stream's bytes each rank read
     return model, stats
 
 

@@ -1,4 +1,6 @@
 """Training end to end on real ranks: exact across rank counts, exports gensim loads, a quality floor."""
+import re
+
 import numpy as np
 import pytest
 
@@ -51,13 +53,21 @@ def reference(corpus, tmp_path_factory):
 @pytest.mark.parametrize("arch", ["--sg", "--cbow"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_same_vectors_on_any_rank_count(corpus, reference, tmp_path, arch, nranks):
-    train(corpus, str(tmp_path), nranks, *ARCH[arch])
+    result = train(corpus, str(tmp_path), nranks, *ARCH[arch])
     ref, got = reference[arch], load(f"{tmp_path}/vectors.bin")
     assert len(ref) == 1075 and len(ref) % nranks != 0
     assert got.index_to_key == ref.index_to_key
     diff = np.abs(got.vectors - ref.vectors).max()
     assert diff < ATOL, f"{nranks} ranks differ from 1 rank by {diff:.2e}"
     assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
+    # Each rank reads its share of the id stream: 1/P, and the context span (4 x window positions) on both
+    # sides of its positions in each step of 1,024 (encode.TokenStream).
+    line = re.search(r"^done: the id stream's share each rank read: (.*) of [\d.]+ MiB an epoch$", result.output,
+                     re.M)
+    assert line, result.output[-3000:]
+    shares = [float(x) / 100 for x in re.findall(r"([\d.]+)%", line.group(1))]
+    assert len(shares) == nranks and all(1 / nranks <= x <= 1 / nranks + 2 * 20 / 1024 + 0.005 for x in shares), \
+        line.group(0)
 
 
 @pytest.mark.parametrize("arch", ["--sg", "--cbow"])
