@@ -63,7 +63,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     - ``checkpoint_every``: minutes between checkpoints (0: only on SIGTERM or SIGUSR1);
     - ``final_checkpoint``: keep W_in and W_out at the last step, for queries and --resume on any rank count;
     - ``resume``: go on from the newest good checkpoint in ``out`` (from step 0 when there is none);
-    - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin);
+    - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin), one or a list;
     - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars.
 
     A SIGTERM or SIGUSR1 writes a checkpoint at the next agreed step and raises checkpoint.Interrupted on every
@@ -77,6 +77,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
     cfg = Config(**config)
     t0 = time.monotonic()
+    format = [format] if isinstance(format, str) else list(format)
     unknown = set(format) - set(FORMATS)
     if unknown or not format:
         from .errors import UserError

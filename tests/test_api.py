@@ -16,15 +16,17 @@ corpus, out = sys.argv[1], sys.argv[2]
 try:
     hvd_w2v.train([corpus + ".missing"], out=out + "-bad")
 except hvd_w2v.UserError as e:
-    print("caught:", str(e).split(":")[0], flush=True)
+    sys.stdout.write(f"caught: {str(e).split(':')[0]}\\n")  # one write: the ranks' lines do not interleave
 run = hvd_w2v.train([corpus], out=out, epochs=1, batch_words=512, quiet=True, format=["binary"])
 kv = hvd_w2v.load(out)
 word = kv.index_to_key[3]
 assert (run.wv[word] == kv[word]).all()
 assert run.wv.most_similar(word, topn=5) == kv.most_similar(word, topn=5)
 rank = run.comm.rank
-print(f"rank {rank}: {len(kv)} words, dim {kv.vector_size}, state {run.record['state']}, "
-      f"nearest {kv.most_similar(word, topn=1)[0][0]!r}", flush=True)
+nearest = kv.most_similar(word, topn=1)[0][0]
+sys.stdout.write(f"rank {rank}: {len(kv)} words, dim {kv.vector_size}, state {run.record['state']}, "
+                 f"nearest {nearest!r}\\n")
+sys.stdout.flush()
 """
 
 
