@@ -111,7 +111,7 @@ def cmd_train(args):
     run.comm.watch.enter("query")
     probes = [w for w in args.show.split(",") if w]
     if probes:
-        shown = run.vectors().neighbors([w.encode() for w in probes], topn=8)
+        shown = run.wv.sharded.neighbors([w.encode() for w in probes], topn=8)
         if shown:
             _emit(f"{word.decode()}: " + ", ".join(f"{w.decode()} {s:.2f}" for s, w in near)
                   for word, near in shown.items())
@@ -294,10 +294,8 @@ def _model_defaults():
     (config_from needs every Config field; none of these changes the vocabulary or the encoding)."""
     from .config import Config
 
-    d = Config()
-    return dict(dim=d.dim, window=d.window, negative=d.negative, sample=d.sample, epochs=d.epochs, alpha=d.alpha,
-                min_alpha=d.min_alpha, sg=d.sg, seed=d.seed, batch_words=d.batch_words, hot_rows=d.hot_rows,
-                update_cap=d.update_cap, span=d.span)
+    corpus_options = ("min_count", "max_vocab_size")  # add_corpus_options' own: their parser defaults stand
+    return {k: v for k, v in Config().to_dict().items() if k not in corpus_options}
 
 
 def _add_stall_option(p):

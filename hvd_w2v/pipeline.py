@@ -7,6 +7,7 @@ Every function here is collective: every rank of the job calls it, with the same
 UserError on every rank (comm.agree), before anything already saved is touched. Messages go to rank 0's
 stderr (comm.log); the run's record is OUT/run.json (hvd_w2v/runfolder.py).
 """
+import functools
 import os
 import resource
 import sys
@@ -32,18 +33,14 @@ class Run:
     record: dict
     out: str
 
-    def vectors(self):
-        """The trained word vectors (W_in, this rank's rows) for sharded queries (vectors.ShardedVectors)."""
+    @functools.cached_property
+    def wv(self):
+        """The trained word vectors (W_in) as sharded KeyedVectors, gensim's name: each rank keeps its rows.
+        Made once: it holds a contiguous copy of this rank's W_in rows (the model interleaves W_in and W_out)."""
+        from .keyedvectors import KeyedVectors
         from .vectors import ShardedVectors
 
-        return ShardedVectors(self.comm, self.model.plan, self.vocab, self.model.w_in)
-
-    @property
-    def wv(self):
-        """The trained word vectors as sharded KeyedVectors, gensim's name: each rank keeps its rows."""
-        from .keyedvectors import KeyedVectors
-
-        return KeyedVectors(self.vectors())
+        return KeyedVectors(ShardedVectors(self.comm, self.model.plan, self.vocab, self.model.w_in))
 
 
 def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max_memory_per_rank=None,
