@@ -71,12 +71,12 @@ class Exchange:
         each rank will ask of this one in it (int64[P])."""
         local, own, own_asked = route.local, route.own, route.own_asked
         counts = announce.counts if announce else self._none
-        native.take_rows(self.table, local[own_asked], out[own])  # rows of itself: straight into ``out``
+        native.take_rows(self.table, local[own_asked], out[own], self.comm.threads)  # rows of itself: straight into ``out``
         if self.comm.size == 1:
             return counts
         rows = np.empty((len(local), self.table.shape[1]), np.float32)  # its own block stays unused
         for others in (slice(0, own_asked.start), slice(own_asked.stop, len(local))):
-            native.take_rows(self.table, local[others], rows[others])
+            native.take_rows(self.table, local[others], rows[others], self.comm.threads)
         _, asked_next = self.comm.alltoallv_many(
             [Part(rows, route.asked_counts, route.counts, out, own=False), Part(counts, self._ones, self._ones)],
             idle)

@@ -112,22 +112,23 @@ class MemoryPlan:
     __str__ = describe
 
 
-def step_bytes(cfg, vocab_size, ranks):
-    """An upper bound of one step's working set on one rank, in bytes.
+def step_bytes(cfg, vocab_size, ranks, threads=1):
+    """An upper bound of one step's working set on one rank of ``threads`` threads, in bytes.
 
     A rank builds the examples of at most ``ceil(batch_words / P)`` centres (every position kept); each has
     ``2 * window`` context slots and ``1 + negative`` output slots. The step's unique rows U are at most the
-    slots and at most 2V (a W_in and a W_out row per word).
+    slots and at most 2V (a W_in and a W_out row per word). Each thread of the fused op but the first adds
+    into a [U, dim] float32 buffer of its own (sgns_kernel.cc), kept from step to step.
     """
     centres = math.ceil(cfg.batch_words / ranks)
     slots = centres * (2 * cfg.window + 1 + cfg.negative)
     unique = min(slots, 2 * vocab_size) + 1
     return (STEP_FIXED_BYTES + (STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT) * slots
-            + 4 * cfg.dim * (STEP_SLOT_COPIES * slots + STEP_UNIQUE_COPIES * unique))
+            + 4 * cfg.dim * (STEP_SLOT_COPIES * slots + (STEP_UNIQUE_COPIES + threads - 1) * unique))
 
 
-def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None):
-    """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks.
+def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1):
+    """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
     the text's size in bytes (None if unknown, as for gzip files: a full block per rank); ``tokens``: the
@@ -144,7 +145,7 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None):
         model=rows * (cfg.dim + 1) * 4 * 2,
         tables=RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES,
         words=rows * WORD_BYTES,
-        step=step_bytes(cfg, vocab_size, ranks),
+        step=step_bytes(cfg, vocab_size, ranks, threads),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
         read=PARTIAL_BYTES + READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
                                                          else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
@@ -168,11 +169,11 @@ def exchange_bytes(cfg, ranks):
 MAX_RANKS = 1 << 20
 
 
-def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None):
+def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1):
     """The smallest rank count whose plan fits ``limit`` bytes per rank, or None when none up to MAX_RANKS
     does (the baseline, the count runs and the step's fixed part do not shrink with more ranks). The plan's total does not
     grow with the rank count, so a bisection finds it."""
-    fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens).total <= limit  # noqa: E731
+    fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads).total <= limit  # noqa: E731
     if not fits(MAX_RANKS):
         return None
     lo, hi = 1, MAX_RANKS

@@ -25,7 +25,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]  # OpenMP: the rank's threads
 
 
 def cache_folder():
@@ -105,9 +105,9 @@ P, I64, U64, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_fl
 
 def row_copies():
     """The library of rows_kernel.cc, or None (numpy then)."""
-    return _library("rows_kernel", {"hvd_w2v_take_rows": [P] * 3 + [I64] * 2,
-                                    "hvd_w2v_add_rows": [P] * 4 + [I64] * 2,
-                                    "hvd_w2v_add_sources": ([P, I64] + [P] * 3 + [I64, P, F32, P, I64], I64)},
+    return _library("rows_kernel", {"hvd_w2v_take_rows": [P] * 3 + [I64] * 3,
+                                    "hvd_w2v_add_rows": [P] * 4 + [I64] * 3,
+                                    "hvd_w2v_add_sources": ([P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64], I64)},
                     "the compiled row copies")
 
 
@@ -122,18 +122,19 @@ def _checked(table, rows, block):
     return table.ctypes.data, rows.ctypes.data, block.ctypes.data
 
 
-def take_rows(table, rows, out):
-    """``out[:] = table[rows]``: float32 tables, int64 ``rows``; compiled when available, else numpy."""
+def take_rows(table, rows, out, threads=1):
+    """``out[:] = table[rows]``: float32 tables, int64 ``rows``; compiled (on ``threads`` threads) when
+    available, else numpy (one thread)."""
     lib = row_copies()
     if lib is None:
         np.take(table, rows, axis=0, out=out)
         return
-    lib.hvd_w2v_take_rows(*_checked(table, rows, out), len(rows), table.shape[1])
+    lib.hvd_w2v_take_rows(*_checked(table, rows, out), len(rows), table.shape[1], threads)
 
 
-def add_rows(table, rows, updates, scale=None):
+def add_rows(table, rows, updates, scale=None, threads=1):
     """``table[rows] += scale[:, None] * updates`` (``rows`` unique; ``scale`` float32[n] or None for 1);
-    compiled when available, else numpy."""
+    compiled (on ``threads`` threads) when available, else numpy."""
     lib = row_copies()
     if lib is None:
         table[rows] += updates if scale is None else scale[:, None] * updates
@@ -143,7 +144,8 @@ def add_rows(table, rows, updates, scale=None):
         scale = np.ascontiguousarray(scale, np.float32)
         if scale.shape != (len(rows),):
             raise ValueError(f"scale must be float32[{len(rows)}], got {scale.shape}")
-    lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1])
+    lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1],
+                         threads)
 
 
 def cap_scale(cap, counts):
@@ -151,12 +153,13 @@ def cap_scale(cap, counts):
     return np.minimum(1, cap / np.maximum(counts, 1)).astype(np.float32)
 
 
-def add_sources(table, rows, blocks, sgd, cap, total):
+def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
     """An owner's scatter in one pass. ``blocks[s]`` (float32[n_s, d]) is source s's updates of the table rows
     listed in ``rows`` (int64, all sources' in order; unique within a source, not across sources), each one
     summing ``sgd`` (float32, per row of ``rows``) SGD updates. Each row's updates are scaled by
     min(1, cap / max(m, 1)), m its SGD updates summed over all sources, and added source by source.
-    ``total`` (float32[len(table)], zeros) is scratch, left zeros. Compiled when available, else numpy."""
+    ``total`` (float32[len(table)], zeros) is scratch, left zeros. Compiled (on ``threads`` threads, the
+    same bytes on any count) when available, else numpy."""
     counts = np.array([len(b) for b in blocks], np.int64)
     d = table.shape[1]
     if not (table.dtype == total.dtype == sgd.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
@@ -176,7 +179,8 @@ def add_sources(table, rows, blocks, sgd, cap, total):
         return
     pointers = np.array([b.ctypes.data for b in blocks], np.uintp)
     if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data,
-                               counts.ctypes.data, len(blocks), sgd.ctypes.data, cap, total.ctypes.data, d):
+                               counts.ctypes.data, len(blocks), sgd.ctypes.data, cap, total.ctypes.data, d,
+                               threads):
         raise IndexError(f"row index out of range [0, {len(table)})")
 
 

@@ -227,7 +227,8 @@ def memory_plan(comm, cfg, voc, paths, limit=None):
     # The plan's reading peak depends on the text per rank; a gzip file's text size is unknown (None).
     corpus_bytes = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
     # The kept tokens approximate the id stream's length (sentence ends add one position per line).
-    the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes)
+    the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes,
+                           threads=comm.threads)
     for line in the_plan.describe().splitlines():
         log(comm, f"plan: {line}")
     # Every rank's host, so each knows how many ranks share its node (and its cgroup).
@@ -240,10 +241,12 @@ def memory_plan(comm, cfg, voc, paths, limit=None):
     if found:
         cap, source = min(found)
         if the_plan.total > cap:
-            need = memory.min_ranks(cap, voc.size, cfg, positions=voc.total, corpus_bytes=corpus_bytes)
+            need = memory.min_ranks(cap, voc.size, cfg, positions=voc.total, corpus_bytes=corpus_bytes,
+                                    threads=comm.threads)
             mib = lambda b: f"{b / memory.MIB:,.0f} MiB"  # noqa: E731
             if need:
-                there = memory.plan(voc.size, cfg, need, positions=voc.total, corpus_bytes=corpus_bytes).total
+                there = memory.plan(voc.size, cfg, need, positions=voc.total, corpus_bytes=corpus_bytes,
+                                    threads=comm.threads).total
                 hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
             else:
                 hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "

@@ -3,10 +3,19 @@
 // write back); these make one pass over each row (the profile in hvd_w2v/bench/README.md, "Where the time
 // goes, 1 rank").
 // Called through ctypes by hvd_w2v/native.py, which checks shapes and types first (and index ranges, but
-// hvd_w2v_add_sources checks its own); built there with g++.
+// hvd_w2v_add_sources checks its own); built there with g++ -fopenmp: each takes the rank's thread count.
+#include <omp.h>
+
 #include <cstdint>
 
 namespace {
+
+// Below this many rows a call stays on one thread: waking the team would cost more than it saves.
+constexpr int64_t MIN_PARALLEL_ROWS = 256;
+// add_sources' threads own the table's rows in blocks of this many, in turn: blocks, so that two threads
+// seldom write one cache line (rows of d floats share lines at their ends); in turn, so that the frequent
+// words' rows, all at the table's start, are spread over every thread.
+constexpr int64_t ROW_BLOCK = 16;
 
 // dst += s * src over d floats: the one add both entry points use, so that they round alike.
 inline void add_row(float* dst, const float* src, float s, int64_t d) {
@@ -18,8 +27,10 @@ inline void add_row(float* dst, const float* src, float s, int64_t d) {
 
 extern "C" {
 
-// out[i] = table[rows[i]] for i < n; rows of d floats.
-void hvd_w2v_take_rows(const float* table, const int64_t* rows, float* out, int64_t n, int64_t d) {
+// out[i] = table[rows[i]] for i < n; rows of d floats; on ``threads`` threads, each a range of i.
+void hvd_w2v_take_rows(const float* table, const int64_t* rows, float* out, int64_t n, int64_t d,
+                       int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
   for (int64_t i = 0; i < n; ++i) {
     const float* src = table + rows[i] * d;
     float* dst = out + i * d;
@@ -28,9 +39,11 @@ void hvd_w2v_take_rows(const float* table, const int64_t* rows, float* out, int6
   }
 }
 
-// table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique.
+// table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique, so ``threads``
+// threads can each take a range of i.
 void hvd_w2v_add_rows(float* table, const int64_t* rows, const float* updates, const float* scale, int64_t n,
-                      int64_t d) {
+                      int64_t d, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
   for (int64_t i = 0; i < n; ++i) add_row(table + rows[i] * d, updates + i * d, scale ? scale[i] : 1.f, d);
 }
 
@@ -38,25 +51,37 @@ void hvd_w2v_add_rows(float* table, const int64_t* rows, const float* updates, c
 // rows listed, source after source, in ``rows`` (unique within a source, not across sources), the i-th summing
 // sgd[i] SGD updates. A row's updates are scaled by min(1, cap / max(m, 1)), m its SGD updates summed over
 // all sources, and added source by source. ``total`` (float32[table_rows], zeros) is scratch, left zeros.
+// On ``threads`` threads, each the owner of the rows in every threads-th block of ROW_BLOCK table rows: each
+// reads every entry and adds those of its rows, so every row is still added source by source, and the
+// result is the same on any thread count, byte for byte.
 // Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
 int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
                             const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total,
-                            int64_t d) {
+                            int64_t d, int64_t threads) {
   int64_t n = 0;
   for (int64_t s = 0; s < sources; ++s) n += counts[s];
   for (int64_t i = 0; i < n; ++i)
     if (rows[i] < 0 || rows[i] >= table_rows) return -1;
-  for (int64_t i = 0; i < n; ++i) total[rows[i]] += sgd[i];
-  const int64_t* row = rows;
-  for (int64_t s = 0; s < sources; ++s) {
-    const float* src = blocks[s];
-    for (int64_t i = 0; i < counts[s]; ++i, ++row, src += d) {
-      const float m = total[*row] > 1.f ? total[*row] : 1.f;
-      const float scale = cap / m < 1.f ? cap / m : 1.f;
-      add_row(table + *row * d, src, scale, d);
+  const int64_t team = n >= MIN_PARALLEL_ROWS ? threads : 1;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    const int64_t t = team > 1 ? omp_get_thread_num() : 0;
+    auto mine = [&](int64_t row) { return (row / ROW_BLOCK) % team == t; };
+    for (int64_t i = 0; i < n; ++i)
+      if (mine(rows[i])) total[rows[i]] += sgd[i];
+    const int64_t* row = rows;
+    for (int64_t s = 0; s < sources; ++s) {
+      const float* src = blocks[s];
+      for (int64_t i = 0; i < counts[s]; ++i, ++row, src += d) {
+        if (!mine(*row)) continue;
+        const float m = total[*row] > 1.f ? total[*row] : 1.f;
+        const float scale = cap / m < 1.f ? cap / m : 1.f;
+        add_row(table + *row * d, src, scale, d);
+      }
     }
+    for (int64_t i = 0; i < n; ++i)
+      if (mine(rows[i])) total[rows[i]] = 0.f;
   }
-  for (int64_t i = 0; i < n; ++i) total[rows[i]] = 0.f;
   return 0;
 }
 

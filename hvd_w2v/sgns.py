@@ -74,8 +74,9 @@ def _cbow(rows, ctx, tgt, alpha):
 
 
 @functools.lru_cache(maxsize=None)
-def step_function(sg, groups, fused=None):
-    """The step's maths for ``groups`` context-width groups.
+def step_function(sg, groups, fused=None, threads=1):
+    """The step's maths for ``groups`` context-width groups, on ``threads`` threads (the fused op's; the
+    graph runs on TensorFlow's intra-op pool, which comm.init sizes to the same budget).
 
     Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
     a ``rows`` TensorFlow can read without a copy and ``f.groups`` the number of groups it wants its
@@ -99,7 +100,8 @@ def step_function(sg, groups, fused=None):
     if op is not None:
         def run(rows, ctxs, tgts, alpha):
             updates, loss, count = op(rows=_shared(rows), ctxs=[tf.constant(c) for c in ctxs],
-                                      tgts=[tf.constant(t) for t in tgts], alpha=tf.constant(alpha, tf.float32), sg=sg)
+                                      tgts=[tf.constant(t) for t in tgts], alpha=tf.constant(alpha, tf.float32), sg=sg,
+                                      threads=threads)
             return _viewed(updates), loss, count
 
         run.fused, run.empty_rows, run.groups = True, empty_rows, 1

@@ -10,7 +10,16 @@
 // -log sigmoid), count (pairs for skip-gram, centres with a context for CBOW). Every update is computed from
 // the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
 //
-// Built by hvd_w2v/sgns.py (g++ with TensorFlow's flags) into a cache folder; one thread, as each rank is.
+// Threads (the attr ``threads``, the rank's budget): the centres are cut into one run of consecutive centres
+// per thread, run at once (OpenMP). Chunk 0 adds into the output, chunk t > 0 into a buffer of its own; then
+// each thread adds the buffers, in chunk order, into its range of the output's rows. So the result depends on
+// the thread count alone (the order of float32 sums), never on scheduling, and on one thread it is the
+// one-loop arithmetic exactly, byte for byte.
+//
+// Built by hvd_w2v/sgns.py (g++ with TensorFlow's flags) into a cache folder.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -23,6 +32,7 @@ using namespace tensorflow;
 REGISTER_OP("HvdW2vSgnsStep")
     .Attr("N: int >= 1")
     .Attr("sg: bool")
+    .Attr("threads: int = 1")
     .Input("rows: float")
     .Input("ctxs: N * int32")
     .Input("tgts: N * int32")
@@ -81,9 +91,62 @@ inline void gradients(const float* l1, const float* rows, const int32* ts, int k
   }
 }
 
+// Centres [lo, hi) of one group (ctx [n, w], tgt [n, k1]): their updates added into ``up``, their loss and
+// count into ``*loss`` and ``*count``. word2vec.c's loops (skip-gram) and its CBOW's, on the snapshot ``rows``.
+void centres(bool sg, const float* rows, int d, int none, float alpha, const int32* ctx, int w, const int32* tgt,
+             int k1, int64_t lo, int64_t hi, float* up, double* loss, double* count) {
+  std::vector<float> work(d), hidden(d), grad(k1);
+  for (int64_t i = lo; i < hi; ++i) {
+    const int32* cs = ctx + i * w;
+    const int32* ts = tgt + i * k1;
+    if (sg) {
+      for (int j = 0; j < w; ++j) {
+        if (cs[j] == none) continue;
+        const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
+        gradients(l1, rows, ts, k1, none, d, alpha, grad.data(), loss);
+        std::fill(work.begin(), work.end(), 0.f);
+        for (int k = 0; k < k1; ++k) {
+          if (skipped(ts, k, none)) continue;
+          const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
+          axpy(grad[k], l2, work.data(), d);                          // word2vec.c's neu1e
+          axpy(grad[k], l1, up + static_cast<int64_t>(ts[k]) * d, d);
+        }
+        axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+        *count += 1;
+      }
+    } else {
+      int m = 0;
+      std::fill(hidden.begin(), hidden.end(), 0.f);
+      for (int j = 0; j < w; ++j) {
+        if (cs[j] == none) continue;
+        axpy(1.f, rows + static_cast<int64_t>(cs[j]) * d, hidden.data(), d);
+        ++m;
+      }
+      if (m == 0) continue;  // a padding centre learns nothing
+      for (int x = 0; x < d; ++x) hidden[x] /= m;
+      gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), loss);
+      std::fill(work.begin(), work.end(), 0.f);
+      for (int k = 0; k < k1; ++k) {
+        if (skipped(ts, k, none)) continue;
+        const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
+        axpy(grad[k], l2, work.data(), d);
+        axpy(grad[k], hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
+      }
+      // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
+      for (int j = 0; j < w; ++j)
+        if (cs[j] != none) axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+      *count += 1;
+    }
+  }
+}
+
 class SgnsStep : public OpKernel {
  public:
-  explicit SgnsStep(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, c->GetAttr("sg", &sg_)); }
+  explicit SgnsStep(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("sg", &sg_));
+    OP_REQUIRES_OK(c, c->GetAttr("threads", &threads_));
+    OP_REQUIRES(c, threads_ >= 1, errors::InvalidArgument("threads >= 1"));
+  }
 
   void Compute(OpKernelContext* c) override {
     const Tensor& rows_t = c->input(0);
@@ -97,82 +160,81 @@ class SgnsStep : public OpKernel {
     const int none = static_cast<int>(T - 1);
     const float* rows = rows_t.flat<float>().data();
 
-    Tensor* up_t = nullptr;
-    OP_REQUIRES_OK(c, c->allocate_output(0, TensorShape({T - 1, d}), &up_t));
-    // Added into in place: no update ever goes to the "no context" row, which has no place here.
-    float* up = up_t->flat<float>().data();
-    std::fill(up, up + (T - 1) * d, 0.f);
-    std::vector<float> work(d), hidden(d), grad;
-    double loss = 0.0, count = 0.0;
-
-    for (int g = 0; g < ctxs.size(); ++g) {
+    // Every group checked, and where its centres start in the step's list of all groups' centres.
+    const int groups = ctxs.size();
+    std::vector<int64_t> start(groups + 1, 0);
+    for (int g = 0; g < groups; ++g) {
       const Tensor& ctx_t = ctxs[g];
       const Tensor& tgt_t = tgts[g];
       OP_REQUIRES(c, ctx_t.dims() == 2 && tgt_t.dims() == 2 && ctx_t.dim_size(0) == tgt_t.dim_size(0),
                   errors::InvalidArgument("ctxs[g] [n, w] and tgts[g] [n, 1+K] must agree on n"));
-      const int64_t n = ctx_t.dim_size(0);
-      const int w = static_cast<int>(ctx_t.dim_size(1)), k1 = static_cast<int>(tgt_t.dim_size(1));
       const int32* ctx = ctx_t.flat<int32>().data();
       const int32* tgt = tgt_t.flat<int32>().data();
-      grad.resize(k1);
-      for (int64_t i = 0; i < n * w; ++i)
+      for (int64_t i = 0; i < ctx_t.NumElements(); ++i)
         OP_REQUIRES(c, ctx[i] >= 0 && ctx[i] <= none, errors::InvalidArgument("context row out of range"));
-      for (int64_t i = 0; i < n * k1; ++i)
+      for (int64_t i = 0; i < tgt_t.NumElements(); ++i)
         OP_REQUIRES(c, tgt[i] >= 0 && tgt[i] <= none, errors::InvalidArgument("target row out of range"));
+      start[g + 1] = start[g] + ctx_t.dim_size(0);
+    }
 
-      for (int64_t i = 0; i < n; ++i) {
-        const int32* cs = ctx + i * w;
-        const int32* ts = tgt + i * k1;
-        if (sg_) {
-          for (int j = 0; j < w; ++j) {
-            if (cs[j] == none) continue;
-            const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
-            gradients(l1, rows, ts, k1, none, d, alpha, grad.data(), &loss);
-            std::fill(work.begin(), work.end(), 0.f);
-            for (int k = 0; k < k1; ++k) {
-              if (skipped(ts, k, none)) continue;
-              const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
-              axpy(grad[k], l2, work.data(), d);                          // word2vec.c's neu1e
-              axpy(grad[k], l1, up + static_cast<int64_t>(ts[k]) * d, d);
-            }
-            axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
-            count += 1;
-          }
-        } else {
-          int m = 0;
-          std::fill(hidden.begin(), hidden.end(), 0.f);
-          for (int j = 0; j < w; ++j) {
-            if (cs[j] == none) continue;
-            axpy(1.f, rows + static_cast<int64_t>(cs[j]) * d, hidden.data(), d);
-            ++m;
-          }
-          if (m == 0) continue;  // a padding centre learns nothing
-          for (int x = 0; x < d; ++x) hidden[x] /= m;
-          gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), &loss);
-          std::fill(work.begin(), work.end(), 0.f);
-          for (int k = 0; k < k1; ++k) {
-            if (skipped(ts, k, none)) continue;
-            const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
-            axpy(grad[k], l2, work.data(), d);
-            axpy(grad[k], hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
-          }
-          // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
-          for (int j = 0; j < w; ++j)
-            if (cs[j] != none) axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
-          count += 1;
+    Tensor* up_t = nullptr;
+    OP_REQUIRES_OK(c, c->allocate_output(0, TensorShape({T - 1, d}), &up_t));
+    // Added into in place: no update ever goes to the "no context" row, which has no place here.
+    float* up = up_t->flat<float>().data();
+    const int64_t cells = (T - 1) * d;
+    // One chunk of consecutive centres per thread: chunk 0 adds into the output, chunk t > 0 into a buffer
+    // of its own; then each thread adds the buffers into its range of the output's rows, in chunk order.
+    const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads_, start[groups])));
+    // The buffers are the kernel's, kept from call to call: fresh ones would be fresh pages, each step paying
+    // their page faults (a rank calls the op from one thread; the lock keeps any other caller correct).
+    mutex_lock lock(mu_);
+    std::vector<std::vector<float>>& extra = scratch_;
+    extra.resize(chunks - 1);
+    std::vector<double> loss(chunks, 0.0), count(chunks, 0.0);
+#pragma omp parallel num_threads(chunks) if (chunks > 1)
+    {
+      const int t = chunks > 1 ? omp_get_thread_num() : 0;
+      float* mine = up;
+      if (t > 0) {
+        extra[t - 1].resize(cells);
+        std::fill(extra[t - 1].begin(), extra[t - 1].end(), 0.f);
+        mine = extra[t - 1].data();
+      } else {
+        std::fill(up, up + cells, 0.f);
+      }
+      const int64_t lo = start[groups] * t / chunks, hi = start[groups] * (t + 1) / chunks;
+      for (int g = 0; g < groups; ++g) {
+        const int64_t a = std::max(lo, start[g]) - start[g], b = std::min(hi, start[g + 1]) - start[g];
+        if (a < b)
+          centres(sg_, rows, d, none, alpha, ctxs[g].flat<int32>().data(), static_cast<int>(ctxs[g].dim_size(1)),
+                  tgts[g].flat<int32>().data(), static_cast<int>(tgts[g].dim_size(1)), a, b, mine, &loss[t],
+                  &count[t]);
+      }
+      if (chunks > 1) {
+#pragma omp barrier
+        const int64_t r0 = (T - 1) * t / chunks * d, r1 = (T - 1) * (t + 1) / chunks * d;
+        for (int b = 0; b < chunks - 1; ++b) {
+          const float* src = extra[b].data();
+#pragma omp simd
+          for (int64_t x = r0; x < r1; ++x) up[x] += src[x];
         }
       }
     }
+    double total_loss = 0.0, total_count = 0.0;
+    for (int t = 0; t < chunks; ++t) total_loss += loss[t], total_count += count[t];
     Tensor* loss_t = nullptr;
     Tensor* count_t = nullptr;
     OP_REQUIRES_OK(c, c->allocate_output(1, TensorShape({}), &loss_t));
     OP_REQUIRES_OK(c, c->allocate_output(2, TensorShape({}), &count_t));
-    loss_t->scalar<float>()() = static_cast<float>(loss);
-    count_t->scalar<float>()() = static_cast<float>(count);
+    loss_t->scalar<float>()() = static_cast<float>(total_loss);
+    count_t->scalar<float>()() = static_cast<float>(total_count);
   }
 
  private:
   bool sg_;
+  int threads_;
+  mutex mu_;
+  std::vector<std::vector<float>> scratch_ TF_GUARDED_BY(mu_);
 };
 
 }  // namespace

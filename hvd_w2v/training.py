@@ -95,8 +95,8 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
     exchange = Exchange(comm, plan, model.table)
-    step_fn = sgns.step_function(cfg.sg, cfg.window)
-    apply = CappedAdd(float(cfg.update_cap))
+    step_fn = sgns.step_function(cfg.sg, cfg.window, threads=comm.threads)
+    apply = CappedAdd(float(cfg.update_cap), comm.threads)
     n = len(stream)
     steps = math.ceil(n / cfg.batch_words)
     total_steps = steps * cfg.epochs
@@ -375,12 +375,13 @@ class CappedAdd:
     """
 
     cap: float
+    threads: int = 1  # the compiled adds' (native.add_rows, native.add_sources)
 
     def __call__(self, table, rows, updates, counts):
         """``table[rows] += updates`` (rows unique), each row capped by its ``counts``."""
-        native.add_rows(table, rows, updates, native.cap_scale(self.cap, counts))
+        native.add_rows(table, rows, updates, native.cap_scale(self.cap, counts), self.threads)
 
     def sources(self, table, rows, blocks, sgd, total):
         """An owner's scatter: every source's block in rank order, capped by the counts summed over all
         sources (native.add_sources; ``total`` is its scratch)."""
-        native.add_sources(table, rows, blocks, sgd, self.cap, total)
+        native.add_sources(table, rows, blocks, sgd, self.cap, total, self.threads)

@@ -95,6 +95,30 @@ def test_add_sources_refuses_bad_rows_before_any_change():
     assert np.array_equal(table, before) and not total.any()
 
 
+def test_the_compiled_copies_give_the_same_bytes_on_any_thread_count():
+    """take_rows, add_rows and add_sources on 1, 2 and 3 threads (enough rows that the threads engage): the
+    same bytes, as each row is still copied, or added source by source, by one thread."""
+    if native.row_copies() is None:
+        pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
+    rng = np.random.default_rng(5)
+    table = rng.normal(size=(4000, 13)).astype(np.float32)
+    rows = rng.permutation(len(table))[:1500].astype(np.int64)
+    updates = rng.normal(size=(len(rows), 13)).astype(np.float32)
+    sources = [rng.permutation(rows)[:700] for _ in range(3)]  # unique within a source, shared across them
+    blocks = [rng.normal(size=(700, 13)).astype(np.float32) for _ in sources]
+    sgd = rng.integers(1, 90, 2100).astype(np.float32)
+    results = []
+    for threads in (1, 2, 3):
+        taken, added, total = np.empty_like(updates), table.copy(), np.zeros(len(table), np.float32)
+        native.take_rows(table, rows, taken, threads)
+        native.add_rows(added, rows, updates, np.linspace(0.1, 1, len(rows)).astype(np.float32), threads)
+        native.add_sources(added, np.concatenate(sources), blocks, sgd, 50.0, total, threads)
+        assert not total.any()
+        results.append((taken, added))
+    for taken, added in results[1:]:
+        assert np.array_equal(taken, results[0][0]) and np.array_equal(added, results[0][1])
+
+
 # Two hosts building into one cache folder on a shared filesystem whose locks are local to each host (NFS
 # mounted without a lock manager: flock succeeds on every host at once). Each builder is a process with its
 # own host name and PID namespace, so both have PID 1, as processes of two hosts may have the same PID.

@@ -67,6 +67,23 @@ def test_updates_equal_word2vec_loops(sg, fused):
     assert float(loss) > 0
 
 
+@pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
+def test_the_fused_op_on_threads_sums_the_same_updates(sg):
+    """The op's centres cut over 2, 3 and 7 threads (7 > the 5 centres of a group: some threads get none):
+    word2vec.c's updates as on one thread, up to the order of float32 sums; several groups, as the graph
+    takes them, cut across by the chunks."""
+    if sgns.fused_op() is None:
+        pytest.skip(f"the fused op cannot be built here: {sgns._FUSED['error']}")
+    table, ctx, tgt = example(6, n=11, rows=40)
+    groups = ([ctx[:5], ctx[5:]], [tgt[:5], tgt[5:]])
+    one, one_loss, one_count = sgns.step_function(sg, 1, True, 1)(table, *groups, np.float32(0.025))
+    np.testing.assert_allclose(one, reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
+    for threads in (2, 3, 7):
+        got, loss, count = sgns.step_function(sg, 1, True, threads)(table, *groups, np.float32(0.025))
+        np.testing.assert_allclose(got, one, atol=1e-6)
+        assert float(count) == float(one_count) and float(loss) == pytest.approx(float(one_loss), rel=1e-6)
+
+
 def test_one_trace_per_function_whatever_the_shapes():
     """Steps differ in example and row counts; a retrace per shape would cost seconds over a run."""
     for seed, n, window, negative, rows in [(1, 5, 2, 3, 20), (2, 40, 5, 5, 300), (3, 1, 1, 1, 4)]:
