@@ -24,8 +24,9 @@ class Batch:
         return len(self.centres)
 
 
-def build(stream, vocab, cfg, epoch, lo, hi):
-    """The examples whose centre lies in ``[lo, hi)``.
+def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
+    """The examples whose centre lies in ``[lo, hi)``, built on ``threads`` threads by the compiled builder
+    (the numpy fallback: one).
 
     Subsampling as word2vec: an occurrence is dropped with probability ``1 - keep[id]``, before windows are
     formed, so windows reach over dropped words. The window of each centre is reduced to ``b`` drawn in
@@ -38,7 +39,8 @@ def build(stream, vocab, cfg, epoch, lo, hi):
     lib = native.example_builder()
     if lib is not None:  # the same examples, bit for bit, in one pass (batches_kernel.cc)
         keys = [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
-        return Batch(*native.build_examples(lib, ids, base, lo, hi, keys, window, span, cfg.negative, vocab.runs))
+        return Batch(*native.build_examples(lib, ids, base, lo, hi, keys, window, span, cfg.negative, vocab.runs,
+                                            threads))
     ids = ids.astype(np.int64)
     pos = base + np.arange(len(ids), dtype=np.int64)
     word = ids >= 0

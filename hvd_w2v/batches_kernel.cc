@@ -8,6 +8,8 @@
 //     owner, each example's slots in that table, and the SGD-update count of each row.
 // tests/test_batches.py holds both to numpy. Called through ctypes by hvd_w2v/native.py, which checks the
 // arrays first; built there with g++ (-ffp-contract=off: no fused multiply-adds, which round differently).
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -69,6 +71,72 @@ class KeyNumbers {
   uint64_t mask_;
 };
 
+// Below this many positions (or centres) a call stays on one thread: waking the team would cost more.
+constexpr int64_t MIN_PARALLEL_POSITIONS = 512;
+
+// One thread's range of positions, subsampled: its kept occurrences (position, id, and sentence ends seen in
+// the range up to and including it), the sentence ends in the whole range, and (set when the ranges are
+// joined) where its occurrences start among all and the sentence ends before the range.
+struct Kept {
+  std::vector<int64_t> pos, id, sentence;
+  int64_t sentence_ends = 0, at = 0, sentences_before = 0;
+
+  void subsample(const int32_t* ids, int64_t from, int64_t to, int64_t base, uint64_t keep_key, int64_t runs,
+                 const int64_t* starts, const float* keep_by_run) {
+    pos.reserve(to - from), id.reserve(to - from), sentence.reserve(to - from);
+    for (int64_t i = from; i < to; ++i) {
+      const int64_t word = ids[i];
+      if (word < 0) {  // encode.SENTENCE_END
+        ++sentence_ends;
+        continue;
+      }
+      const int64_t run = std::upper_bound(starts, starts + runs + 1, word) - starts - 1;
+      if (uniform(keep_key, base + i, 0) < static_cast<double>(keep_by_run[run]))
+        pos.push_back(base + i), id.push_back(word), sentence.push_back(sentence_ends);
+    }
+  }
+};
+
+// One thread's examples: those of the kept occurrences [from, to) whose position lies in [lo, hi).
+struct Examples {
+  std::vector<int64_t> centres, contexts, negatives;
+
+  void build(const std::vector<int64_t>& kpos, const std::vector<int64_t>& kid, const std::vector<int64_t>& ksent,
+             int64_t from, int64_t to, int64_t lo, int64_t hi, uint64_t window_key, uint64_t noise_key,
+             int64_t window, int64_t span, int64_t negative, int64_t runs, const int64_t* starts, const double* cum,
+             const double* weight, const int64_t* guide, int64_t guide_size) {
+    const int64_t kept = kpos.size(), width = 2 * window;
+    const double total = cum[runs];
+    const int64_t last = runs - 1;
+    std::vector<int64_t> ctx(width);
+    for (int64_t c = from; c < to; ++c) {
+      const int64_t cpos = kpos[c];
+      if (cpos < lo || cpos >= hi) continue;
+      const int64_t reduced = 1 + static_cast<int64_t>(uniform(window_key, cpos, 0) * window);
+      bool any = false;
+      for (int64_t j = 0; j < width; ++j) {  // offsets -window..-1, then 1..window
+        const int64_t off = j < window ? j - window : j - window + 1;
+        const int64_t nb = c + off;
+        const bool ok = nb >= 0 && nb < kept && (off < 0 ? -off : off) <= reduced && ksent[nb] == ksent[c] &&
+                        (kpos[nb] > cpos ? kpos[nb] - cpos : cpos - kpos[nb]) <= span;
+        ctx[j] = ok ? kid[nb] : -1;
+        any |= ok;
+      }
+      if (!any) continue;  // a centre with no context word trains nothing
+      centres.push_back(kid[c]);
+      contexts.insert(contexts.end(), ctx.begin(), ctx.end());
+      for (int64_t k = 0; k < negative; ++k) {  // vocab.CountRuns.draw_noise
+        const double u = uniform(noise_key, cpos, k);
+        const double x = u * total;
+        int64_t run = guide[std::min(static_cast<int64_t>(u * guide_size), guide_size - 1)];
+        while (run < last && cum[run + 1] <= x) ++run;
+        const int64_t within = static_cast<int64_t>((x - cum[run]) / weight[run]);
+        negatives.push_back(starts[run] + std::min(within, starts[run + 1] - starts[run] - 1));
+      }
+    }
+  }
+};
+
 }  // namespace
 
 extern "C" {
@@ -76,58 +144,52 @@ extern "C" {
 // batches.build on ids[0:length] read from stream position ``base``, centres in [lo, hi). The vocabulary is
 // vocab.CountRuns': ``runs`` runs of equal counts, run r holding ids [starts[r], starts[r + 1]), with its
 // keep_by_run, cum (runs + 1), weight and guide (guide_size) arrays. Writes up to hi - lo centres:
-// centres[n], contexts[n, 2 window] (-1: none), negatives[n, negative]; returns n.
+// centres[n], contexts[n, 2 window] (-1: none), negatives[n, negative]; returns n. On ``threads`` threads:
+// first each subsamples a range of the positions, then each builds the examples of a range of the kept
+// occurrences; the ranges' results are joined in order, so the examples are the same on any thread count.
 int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t lo, int64_t hi,
                       uint64_t keep_key, uint64_t window_key, uint64_t noise_key, int64_t window, int64_t span,
                       int64_t negative, int64_t runs, const int64_t* starts, const float* keep_by_run,
                       const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
-                      int64_t* centres, int64_t* contexts, int64_t* negatives) {
+                      int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t threads) {
+  const int64_t team = length >= MIN_PARALLEL_POSITIONS ? std::max<int64_t>(threads, 1) : 1;
   // The kept occurrences: position, id, sentence number (sentence ends seen up to and including it).
   std::vector<int64_t> kpos, kid, ksent;
-  kpos.reserve(length), kid.reserve(length), ksent.reserve(length);
-  int64_t sentence = 0;
-  for (int64_t i = 0; i < length; ++i) {
-    const int64_t id = ids[i];
-    if (id < 0) {  // encode.SENTENCE_END
-      ++sentence;
-      continue;
+  std::vector<Kept> part(team);
+  std::vector<Examples> made(team);
+  const int64_t width = 2 * window;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    const int64_t t = team > 1 ? omp_get_thread_num() : 0;
+    Kept& mine = part[t];
+    mine.subsample(ids, length * t / team, length * (t + 1) / team, base, keep_key, runs, starts, keep_by_run);
+#pragma omp barrier
+#pragma omp single
+    {
+      int64_t kept = 0;
+      for (const Kept& p : part) kept += p.pos.size();
+      kpos.resize(kept), kid.resize(kept), ksent.resize(kept);
+      for (int64_t r = 1; r < team; ++r) {  // where each range's occurrences and sentences start
+        part[r].at = part[r - 1].at + part[r - 1].pos.size();
+        part[r].sentences_before = part[r - 1].sentences_before + part[r - 1].sentence_ends;
+      }
+    }  // (the implicit barrier of single)
+    for (size_t i = 0; i < mine.pos.size(); ++i) {
+      kpos[mine.at + i] = mine.pos[i], kid[mine.at + i] = mine.id[i];
+      ksent[mine.at + i] = mine.sentences_before + mine.sentence[i];
     }
-    const int64_t run = std::upper_bound(starts, starts + runs + 1, id) - starts - 1;
-    const int64_t pos = base + i;
-    if (uniform(keep_key, pos, 0) < static_cast<double>(keep_by_run[run])) {
-      kpos.push_back(pos), kid.push_back(id), ksent.push_back(sentence);
-    }
+#pragma omp barrier
+    const int64_t kept = kpos.size();
+    made[t].build(kpos, kid, ksent, kept * t / team, kept * (t + 1) / team, lo, hi, window_key, noise_key, window,
+                  span, negative, runs, starts, cum, weight, guide, guide_size);
   }
-  const int64_t kept = kpos.size(), width = 2 * window;
-  const double total = cum[runs];
-  const int64_t last = runs - 1;
   int64_t n = 0;
-  for (int64_t c = 0; c < kept; ++c) {
-    const int64_t cpos = kpos[c];
-    if (cpos < lo || cpos >= hi) continue;
-    const int64_t reduced = 1 + static_cast<int64_t>(uniform(window_key, cpos, 0) * window);
-    int64_t* ctx = contexts + n * width;
-    bool any = false;
-    for (int64_t j = 0; j < width; ++j) {  // offsets -window..-1, then 1..window
-      const int64_t off = j < window ? j - window : j - window + 1;
-      const int64_t nb = c + off;
-      const bool ok = nb >= 0 && nb < kept && (off < 0 ? -off : off) <= reduced && ksent[nb] == ksent[c] &&
-                      (kpos[nb] > cpos ? kpos[nb] - cpos : cpos - kpos[nb]) <= span;
-      ctx[j] = ok ? kid[nb] : -1;
-      any |= ok;
-    }
-    if (!any) continue;  // a centre with no context word trains nothing
-    centres[n] = kid[c];
-    for (int64_t k = 0; k < negative; ++k) {  // vocab.CountRuns.draw_noise
-      const double u = uniform(noise_key, cpos, k);
-      const double x = u * total;
-      int64_t run = guide[std::min(static_cast<int64_t>(u * guide_size), guide_size - 1)];
-      while (run < last && cum[run + 1] <= x) ++run;
-      const int64_t within = static_cast<int64_t>((x - cum[run]) / weight[run]);
-      negatives[n * negative + k] =
-          starts[run] + std::min(within, starts[run + 1] - starts[run] - 1);
-    }
-    ++n;
+  for (const Examples& e : made) {
+    const int64_t m = e.centres.size();
+    std::copy(e.centres.begin(), e.centres.end(), centres + n);
+    std::copy(e.contexts.begin(), e.contexts.end(), contexts + n * width);
+    std::copy(e.negatives.begin(), e.negatives.end(), negatives + n * negative);
+    n += m;
   }
   return n;
 }

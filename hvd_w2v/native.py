@@ -190,15 +190,16 @@ def example_builder():
     """The library of batches_kernel.cc, or None (numpy then). Built without fused multiply-adds, so that its
     float operations round as numpy's do."""
     return _library("batches_kernel", {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64,
-                                                         I64, P, P, P, P, P, I64, P, P, P],
+                                                         I64, P, P, P, P, P, I64, P, P, P, I64],
                                        "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5},
                     "the compiled example builder", I64, ["-ffp-contract=off"])
 
 
-def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs):
+def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, threads=1):
     """batches.build's examples of centres in ``[lo, hi)`` from ``ids`` (int32, read from stream position
-    ``base``), with ``keys`` the (keep, window, noise) rng keys and ``runs`` a vocab.CountRuns; returns
-    (centres int64[n], contexts int64[n, 2 window], negatives int64[n, negative])."""
+    ``base``), with ``keys`` the (keep, window, noise) rng keys and ``runs`` a vocab.CountRuns, built on
+    ``threads`` threads (the same examples on any count); returns (centres int64[n], contexts int64[n, 2
+    window], negatives int64[n, negative])."""
     ids = np.ascontiguousarray(ids, np.int32)
     arrays = [np.ascontiguousarray(a, t) for a, t in ((runs.starts, np.int64), (runs.keep_by_run, np.float32),
                                                       (runs.cum, np.float64), (runs.weight, np.float64),
@@ -214,7 +215,7 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs):
     negatives = np.empty((most, negative), np.int64)
     n = lib.hvd_w2v_build(ids.ctypes.data, len(ids), base, lo, hi, *[int(k) for k in keys], window, span, negative,
                           count, *[a.ctypes.data for a in arrays], len(guide), centres.ctypes.data,
-                          contexts.ctypes.data, negatives.ctypes.data)
+                          contexts.ctypes.data, negatives.ctypes.data, threads)
     return centres[:n], contexts[:n], negatives[:n]
 
 

@@ -115,7 +115,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
 
     def prepare(done):
         """This rank's examples of global step ``done`` (counted over all epochs), indexed for the step."""
-        return prepare_step(stream, vocab, cfg, plan, hot.n, step_fn.groups, done, comm.rank)
+        return prepare_step(stream, vocab, cfg, plan, hot.n, step_fn.groups, done, comm.rank, comm.threads)
 
     if progress:
         from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
@@ -168,13 +168,13 @@ def share(cfg, n, done, rank, ranks):
     return epoch, glo + (ghi - glo) * rank // ranks, glo + (ghi - glo) * (rank + 1) // ranks
 
 
-def prepare_step(stream, vocab, cfg, plan, n_hot, groups, done, rank):
+def prepare_step(stream, vocab, cfg, plan, n_hot, groups, done, rank, threads=1):
     """Rank ``rank``'s StepPlan of global step ``done`` under ``plan`` (a RowPlan: its rank count), the ids
-    below ``n_hot`` hot, for a step function of ``groups`` width groups. A function of corpus positions alone:
+    below ``n_hot`` hot, for a step function of ``groups`` width groups, its examples built on ``threads`` threads. A function of corpus positions alone:
     what every rank builds ahead in :func:`train`, and what the dry-run planner (hvd_w2v.plan) builds for
     every rank of a rank count in one process."""
     epoch, lo, hi = share(cfg, len(stream), done, rank, plan.ranks)
-    return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi), plan, n_hot, cfg.sg, groups)
+    return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi, threads), plan, n_hot, cfg.sg, groups)
 
 
 class Reports:
@@ -280,7 +280,9 @@ class StepPlan:
     def of(cls, batch, plan, n_hot, sg, groups):
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
         every centre in one block, its contexts where the examples hold them (what the fused op takes: it
-        skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph)."""
+        skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph). One
+        thread: numbering the keys per range of centres on several and joining the numbers measured slower
+        than one pass (python -m hvd_w2v.bench.phases; hvd_w2v/bench/README.md)."""
         lib = native.example_builder() if groups == 1 else None
         if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
             keys, owned, ctx, tgt, sgd = native.step_plan(

@@ -108,3 +108,17 @@ def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot,
         assert got[:3] == want[:3]
         for a, b in zip(got[3] + got[4], want[3] + want[4]):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_the_compiled_examples_on_threads_are_the_same(builder, threads):
+    """Examples built on several threads: the same arrays, element for element, as on one (slices long
+    enough that the threads engage, at the stream's ends and inside it; 8 threads on 2 cores)."""
+    stream, voc = zipf_stream(30_000, 3_000, seed=4), zipf_vocab(3_000, 1e-3)
+    for seed in (1, 5):
+        for lo, hi in [(0, 4096), (7_000, 7_900), (29_000, 30_000)]:
+            one = batches.build(stream, voc, Config(seed=seed), 1, lo, hi)
+            many = batches.build(stream, voc, Config(seed=seed), 1, lo, hi, threads)
+            assert len(one) > 300
+            for field in ("centres", "contexts", "negatives"):
+                assert np.array_equal(getattr(one, field), getattr(many, field)), field

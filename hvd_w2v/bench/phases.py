@@ -1,0 +1,110 @@
+"""Where one rank's step goes, phase by phase, on 1 and more threads: the profile of a threaded step.
+
+    python -m hvd_w2v.bench.phases                          # first 76,000 lines of the real corpus
+    python -m hvd_w2v.bench.phases --threads 1,2,3 --steps 500
+
+One process, one rank's steps as training runs them on one rank (no MPI): for each architecture and thread
+count, ``--steps`` consecutive steps of ``--batch-words`` positions, each phase timed on its own with
+perf_counter and the median over the steps (the first 20 left out) printed side by side:
+
+- *examples*: batches.build (the compiled builder: its threads subsample and build ranges of positions);
+- *table*: training.StepPlan.of, the step's unique keys numbered (one thread);
+- *gather*: the step's rows copied out of the model (native.take_rows, rows split over the threads);
+- *maths*: the fused op (its centres cut over the threads, then their updates summed row range by row
+  range) with its TensorFlow call;
+- *add*: the owners' capped add (native.add_sources, rows split over the threads).
+
+A phase's ratio against 1 thread shows what its threads gain; the phases left on one thread, and the
+Python between them, are where the other threads wait. The model is drawn at random (its values do not
+change what a phase costs), and every step trains it, so the rows' values move as in training.
+"""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+from .throughput import prepare_corpus
+
+PHASES = ("examples", "table", "gather", "maths", "add")
+WARM_UP = 20
+
+
+def measure(corpus, sg, threads, steps, batch_words):
+    """{phase: median seconds} over ``steps`` steps of one rank on ``threads`` threads."""
+    from .. import batches, native, sgns
+    from ..config import Config
+    from ..shard import RowPlan
+    from ..training import CappedAdd, StepPlan, share
+
+    cfg = Config(sg=sg, batch_words=batch_words)
+    stream, voc = corpus.stream, corpus.vocab
+    plan = RowPlan(voc.size, 1)
+    step_fn = sgns.step_function(sg, cfg.window, threads=threads)
+    rng = np.random.default_rng(0)
+    table = (rng.uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)) / cfg.dim).astype(np.float32)
+    apply = CappedAdd(float(cfg.update_cap), threads)
+    scratch = np.zeros(len(table), np.float32)
+    seconds = {phase: [] for phase in PHASES}
+    total = -(-len(stream) // batch_words)
+    for done in range(min(steps, total)):
+        epoch, lo, hi = share(cfg, len(stream), done, 0, 1)
+        t0 = time.perf_counter()
+        batch = batches.build(stream, voc, cfg, epoch, lo, hi, threads)
+        t1 = time.perf_counter()
+        step = StepPlan.of(batch, plan, 0, sg, step_fn.groups)
+        t2 = time.perf_counter()
+        rows = step_fn.empty_rows(step.table, cfg.dim)
+        native.take_rows(table, step.keys, rows[:len(step.keys)], threads)  # one rank: a key is its row
+        rows[len(step.keys):] = 0
+        t3 = time.perf_counter()
+        updates, loss, _ = step_fn(rows, step.ctx, step.tgt, np.float32(cfg.alpha))
+        float(loss)
+        t4 = time.perf_counter()
+        apply.sources(table, step.keys, [updates[:len(step.keys)]], step.sgd, scratch)
+        t5 = time.perf_counter()
+        for phase, a, b in zip(PHASES, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
+            seconds[phase].append(b - a)
+    return {phase: statistics.median(s[WARM_UP:] or s) for phase, s in seconds.items()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=76000, help="the first LINES lines (0: all)")
+    p.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--batch-words", type=int, default=2048)
+    p.add_argument("--out", default=os.path.join("runs", "phases"))
+    args = p.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    counts = [int(t) for t in args.threads.split(",")]
+    tf.config.threading.set_intra_op_parallelism_threads(max(counts))
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from ..config import Config
+    from ..plan import open_corpus
+
+    os.makedirs(args.out, exist_ok=True)
+    path = prepare_corpus(args.corpus, args.lines, args.out)
+    corpus = open_corpus([path], Config())
+    print(f"corpus {path}: {len(corpus.stream):,} positions, {corpus.vocab.size:,} words; steps of "
+          f"{args.batch_words:,} positions on one rank; median of {args.steps - WARM_UP} steps per phase, in us")
+    for sg in (True, False):
+        results = {t: measure(corpus, sg, t, args.steps, args.batch_words) for t in counts}
+        base = results[counts[0]]
+        head = "".join(f"{f'{t} thread' + ('s' if t > 1 else ''):>12}{'ratio':>7}" for t in counts)
+        print(f"\n{'skip-gram' if sg else 'CBOW':<10}{head}")
+        for phase in (*PHASES, "step"):
+            row = f"{phase:<10}"
+            for t in counts:
+                value = sum(results[t].values()) if phase == "step" else results[t][phase]
+                ref = sum(base.values()) if phase == "step" else base[phase]
+                row += f"{value * 1e6:>12,.0f}{ref / value:>6.2f}x"
+            print(row)
+
+
+if __name__ == "__main__":
+    main()
