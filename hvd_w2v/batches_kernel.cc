@@ -32,20 +32,36 @@ inline double uniform(uint64_t key, int64_t counter, int64_t k) {
   return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Keys seen in a step, each numbered by first sight: open addressing over a power-of-two table, the key and
-// its number side by side, doubled whenever it passes half full.
+// Keys seen in a step, each numbered by first sight. The keys of the DENSE_IDS most frequent words (ids are in
+// count order), most of a step's sights, by index into an array of this thread's, kept from call to call and
+// left zeros; the others by open addressing over a power-of-two table, the key and its number side by side,
+// doubled whenever it passes half full.
+constexpr int64_t DENSE_IDS = 1 << 16;  // 512 KiB of int32 per thread
+
 class KeyNumbers {
  public:
-  explicit KeyNumbers(int64_t expected) { resize(std::max<int64_t>(16, 2 * expected)); }
+  explicit KeyNumbers(int64_t expected) : dense_(dense()) { resize(std::max<int64_t>(16, 2 * expected)); }
+  ~KeyNumbers() {
+    for (int64_t key : keys)
+      if (key < 2 * DENSE_IDS) dense_[key] = 0;
+  }
   // The number of ``key`` (>= 0), numbering it if it is new.
   int64_t operator()(int64_t key) {
+    if (key < 2 * DENSE_IDS) {
+      int32_t& at = dense_[key];  // the number + 1, 0 while unseen
+      if (!at) {
+        keys.push_back(key);
+        at = static_cast<int32_t>(keys.size());
+      }
+      return at - 1;
+    }
     for (uint64_t h = mix(static_cast<uint64_t>(key));; ++h) {
       Slot& slot = slots_[h & mask_];
       if (slot.key == key) return slot.number;
       if (slot.number < 0) {
         slot = Slot{key, static_cast<int64_t>(keys.size())};
         keys.push_back(key);
-        if (2 * keys.size() > slots_.size()) resize(2 * slots_.size());
+        if (2 * ++hashed_ > static_cast<int64_t>(slots_.size())) resize(2 * slots_.size());
         return keys.size() - 1;
       }
     }
@@ -56,19 +72,26 @@ class KeyNumbers {
   struct Slot {
     int64_t key, number;
   };
+  static std::vector<int32_t>& dense() {
+    static thread_local std::vector<int32_t> numbers(2 * DENSE_IDS, 0);
+    return numbers;
+  }
   void resize(int64_t at_least) {
     int64_t size = 16;
     while (size < at_least) size <<= 1;
     slots_.assign(size, Slot{-1, -1});
     mask_ = size - 1;
     for (int64_t k = 0; k < static_cast<int64_t>(keys.size()); ++k) {
+      if (keys[k] < 2 * DENSE_IDS) continue;
       uint64_t h = mix(static_cast<uint64_t>(keys[k]));
       while (slots_[h & mask_].number >= 0) ++h;
       slots_[h & mask_] = Slot{keys[k], k};
     }
   }
+  std::vector<int32_t>& dense_;
   std::vector<Slot> slots_;
   uint64_t mask_;
+  int64_t hashed_ = 0;
 };
 
 // Below this many positions (or centres) a call stays on one thread: waking the team would cost more.
@@ -82,7 +105,7 @@ struct Kept {
   int64_t sentence_ends = 0, at = 0, sentences_before = 0;
 
   void subsample(const int32_t* ids, int64_t from, int64_t to, int64_t base, uint64_t keep_key, int64_t runs,
-                 const int64_t* starts, const float* keep_by_run) {
+                 const int64_t* starts, const float* keep_by_run, const float* keep_head, int64_t head) {
     pos.reserve(to - from), id.reserve(to - from), sentence.reserve(to - from);
     for (int64_t i = from; i < to; ++i) {
       const int64_t word = ids[i];
@@ -90,8 +113,10 @@ struct Kept {
         ++sentence_ends;
         continue;
       }
-      const int64_t run = std::upper_bound(starts, starts + runs + 1, word) - starts - 1;
-      if (uniform(keep_key, base + i, 0) < static_cast<double>(keep_by_run[run]))
+      // The frequent words (most positions) from the head table, the others by their run: the same value.
+      const float keep = word < head ? keep_head[word]
+                                     : keep_by_run[std::upper_bound(starts, starts + runs + 1, word) - starts - 1];
+      if (uniform(keep_key, base + i, 0) < static_cast<double>(keep))
         pos.push_back(base + i), id.push_back(word), sentence.push_back(sentence_ends);
     }
   }
@@ -143,13 +168,15 @@ extern "C" {
 
 // batches.build on ids[0:length] read from stream position ``base``, centres in [lo, hi). The vocabulary is
 // vocab.CountRuns': ``runs`` runs of equal counts, run r holding ids [starts[r], starts[r + 1]), with its
-// keep_by_run, cum (runs + 1), weight and guide (guide_size) arrays. Writes up to hi - lo centres:
+// keep_by_run, cum (runs + 1), weight and guide (guide_size) arrays, and keep_head: the keep_by_run value of
+// each of the first ``head`` ids. Writes up to hi - lo centres:
 // centres[n], contexts[n, 2 window] (-1: none), negatives[n, negative]; returns n. On ``threads`` threads:
 // first each subsamples a range of the positions, then each builds the examples of a range of the kept
 // occurrences; the ranges' results are joined in order, so the examples are the same on any thread count.
 int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t lo, int64_t hi,
                       uint64_t keep_key, uint64_t window_key, uint64_t noise_key, int64_t window, int64_t span,
                       int64_t negative, int64_t runs, const int64_t* starts, const float* keep_by_run,
+                      const float* keep_head, int64_t head,
                       const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
                       int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t threads) {
   const int64_t team = length >= MIN_PARALLEL_POSITIONS ? std::max<int64_t>(threads, 1) : 1;
@@ -162,7 +189,8 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
   {
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
     Kept& mine = part[t];
-    mine.subsample(ids, length * t / team, length * (t + 1) / team, base, keep_key, runs, starts, keep_by_run);
+    mine.subsample(ids, length * t / team, length * (t + 1) / team, base, keep_key, runs, starts, keep_by_run,
+                   keep_head, head);
 #pragma omp barrier
 #pragma omp single
     {
@@ -206,7 +234,7 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
                           int64_t row_bucket, int64_t n_pad, int64_t* keys, int64_t* owned, int32_t* ctx,
                           int32_t* tgt, float* sgd) {
   const int64_t targets = 1 + negative;
-  KeyNumbers number(n * 4);  // about 4 unique keys per centre at 2,048 positions on one rank
+  KeyNumbers number(n / 4);  // keys past the dense ones: a few of the about 4 unique keys per centre
   std::vector<int64_t> ctx_number(n * width, -1), tgt_number(n * targets);
   std::vector<double> weight(n * (width + targets), 0.0);  // SGD updates per number
   for (int64_t i = 0; i < n; ++i) {

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from .errors import UserError
-from .vocab import GUIDE_BYTES, PARTIAL_BYTES, RUN_BYTES  # no TensorFlow behind them
+from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, PARTIAL_BYTES, RUN_BYTES  # no TensorFlow behind them
 
 MIB = 1 << 20
 
@@ -87,7 +87,7 @@ class MemoryPlan:
     ranks: int
     baseline: int  # the process with its libraries initialised (BASELINE_BYTES, measured)
     model: int  # W_in and W_out slices and the exchange's SGD count per row: ceil(V/P) rows x (dim + 1) x 4 B x 2
-    tables: int  # counts by id as runs (vocab.CountRuns): RUN_BYTES x distinct counts + the noise guide, every rank
+    tables: int  # counts by id as runs (vocab.CountRuns): RUN_BYTES x distinct counts + noise guide + keep head
     words: int  # word strings and lookup of the words this rank owns: ceil(V/P) x WORD_BYTES
     step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
     hot: int  # hot-row replicas [2H, d] and the allreduce block [2H, d+1] with Horovod's in and out copies
@@ -143,7 +143,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         ranks=ranks,
         baseline=BASELINE_BYTES,
         model=rows * (cfg.dim + 1) * 4 * 2,
-        tables=RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES,
+        tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
+                + KEEP_HEAD_BYTES),
         words=rows * WORD_BYTES,
         step=step_bytes(cfg, vocab_size, ranks, threads),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,

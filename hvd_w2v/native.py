@@ -190,7 +190,7 @@ def example_builder():
     """The library of batches_kernel.cc, or None (numpy then). Built without fused multiply-adds, so that its
     float operations round as numpy's do."""
     return _library("batches_kernel", {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64,
-                                                         I64, P, P, P, P, P, I64, P, P, P, I64],
+                                                         I64, P, P, P, I64, P, P, P, I64, P, P, P, I64],
                                        "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5},
                     "the compiled example builder", I64, ["-ffp-contract=off"])
 
@@ -202,11 +202,12 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
     window], negatives int64[n, negative])."""
     ids = np.ascontiguousarray(ids, np.int32)
     arrays = [np.ascontiguousarray(a, t) for a, t in ((runs.starts, np.int64), (runs.keep_by_run, np.float32),
-                                                      (runs.cum, np.float64), (runs.weight, np.float64),
-                                                      (runs.guide, np.int64))]
-    starts, keep, cum, weight, guide = arrays
+                                                      (runs.keep_head, np.float32), (runs.cum, np.float64),
+                                                      (runs.weight, np.float64), (runs.guide, np.int64))]
+    starts, keep, head, cum, weight, guide = arrays
     count = len(keep)
     if not (len(starts) == len(cum) == count + 1 and len(weight) == count and len(guide) and window > 0
+            and len(head) <= starts[-1]
             and negative >= 0 and base <= lo <= hi and (len(ids) == 0 or ids.max() < starts[-1])):
         raise ValueError("build_examples: inconsistent vocabulary runs or positions")
     most = max(hi - lo, 0)
@@ -214,7 +215,8 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
     contexts = np.empty((most, 2 * window), np.int64)
     negatives = np.empty((most, negative), np.int64)
     n = lib.hvd_w2v_build(ids.ctypes.data, len(ids), base, lo, hi, *[int(k) for k in keys], window, span, negative,
-                          count, *[a.ctypes.data for a in arrays], len(guide), centres.ctypes.data,
+                          count, starts.ctypes.data, keep.ctypes.data, head.ctypes.data, len(head), cum.ctypes.data,
+                          weight.ctypes.data, guide.ctypes.data, len(guide), centres.ctypes.data,
                           contexts.ctypes.data, negatives.ctypes.data, threads)
     return centres[:n], contexts[:n], negatives[:n]
 

@@ -76,6 +76,10 @@ RUN_BYTES = 8 + 8 + 4 + 8 + 8  # per distinct count: counts, starts, keep_by_run
 # holds the two equal). 8 B a bucket: GUIDE_BYTES = 512 KiB per rank, whatever the vocabulary.
 GUIDE = 1 << 16
 GUIDE_BYTES = 8 * GUIDE
+# The keep-probabilities of the KEEP_HEAD most frequent words, by id: the compiled example builder reads them
+# for most positions instead of searching the runs for each (python -m hvd_w2v.bench.phases, "examples").
+KEEP_HEAD = 1 << 16
+KEEP_HEAD_BYTES = 4 * KEEP_HEAD
 
 
 class CountRuns:
@@ -93,6 +97,7 @@ class CountRuns:
         self.size = int(self.starts[-1])  # V
         self.total = int((self.counts * np.diff(self.starts)).sum())  # occurrences of the kept words
         self.keep_by_run = keep_probability(self.counts, self.total, sample)
+        self.keep_head = self.keep(np.arange(min(self.size, KEEP_HEAD)))  # float32, the same values
         self.weight = self.counts.astype(np.float64) ** NOISE_POWER  # each word's noise weight, by run
         self.cum = np.concatenate(([0.0], np.cumsum(self.weight * np.diff(self.starts))))  # before each run
         # The run of each bucket's left edge, less one: a lower bound for every draw in it, float rounding too.

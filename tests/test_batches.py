@@ -56,6 +56,7 @@ def test_the_compiled_examples_are_numpys(builder, monkeypatch, window, negative
     epochs and two seeds: the same draws, the same windows, the same float rounding."""
     stream = zipf_stream(30_000, 3_000, seed=window)
     voc = zipf_vocab(3_000, sample)
+    voc.runs.keep_head = voc.runs.keep_head[:1000]  # ids past the head: their keep-probability by their run
     for seed in (1, 7):
         cfg = Config(window=window, negative=negative, span=span, sample=sample, seed=seed)
         for epoch in (0, 3):
@@ -122,3 +123,30 @@ def test_the_compiled_examples_on_threads_are_the_same(builder, threads):
             assert len(one) > 300
             for field in ("centres", "contexts", "negatives"):
                 assert np.array_equal(getattr(one, field), getattr(many, field)), field
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_the_compiled_step_plan_numbers_rare_words_as_numpy(builder, monkeypatch, ranks):
+    """Ids past the builder's dense numbers (batches_kernel.cc's DENSE_IDS, a hash table then), mixed with
+    frequent ones: the same plan as numpy's, twice in a row (the dense numbers are left zeros between calls)."""
+    from hvd_w2v.batches import Batch
+    from hvd_w2v.shard import RowPlan
+    from hvd_w2v.training import StepPlan
+
+    rng = np.random.default_rng(8)
+    vocab, n = 400_000, 1500
+    draw = lambda shape: np.where(rng.random(shape) < 0.5, rng.integers(0, 300, shape),  # noqa: E731
+                                  rng.integers(0, vocab, shape))
+    plan = RowPlan(vocab, ranks)
+    for _ in range(2):
+        contexts = draw((n, 10))
+        contexts[rng.random(contexts.shape) < 0.3] = -1
+        contexts[:, 0] = draw(n)
+        batch = Batch(draw(n), contexts, draw((n, 5)))
+        got = plan_view(StepPlan.of(batch, plan, 0, True, 1), plan, 0)
+        monkeypatch.setattr(native, "example_builder", lambda: None)
+        want = plan_view(StepPlan.of(batch, plan, 0, True, 1), plan, 0)
+        monkeypatch.undo()
+        assert got[:3] == want[:3] and max(got[0]) >> 1 > 2 * 65536
+        for a, b in zip(got[3] + got[4], want[3] + want[4]):
+            assert np.array_equal(a, b)
