@@ -71,7 +71,8 @@ class Exchange:
         each rank will ask of this one in it (int64[P])."""
         local, own, own_asked = route.local, route.own, route.own_asked
         counts = announce.counts if announce else self._none
-        native.take_rows(self.table, local[own_asked], out[own], self.comm.threads)  # rows of itself: straight into ``out``
+        # rows of itself: straight into ``out``
+        native.take_rows(self.table, local[own_asked], out[own], self.comm.threads)
         if self.comm.size == 1:
             return counts
         rows = np.empty((len(local), self.table.shape[1]), np.float32)  # its own block stays unused

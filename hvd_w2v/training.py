@@ -170,9 +170,9 @@ def share(cfg, n, done, rank, ranks):
 
 def prepare_step(stream, vocab, cfg, plan, n_hot, groups, done, rank, threads=1):
     """Rank ``rank``'s StepPlan of global step ``done`` under ``plan`` (a RowPlan: its rank count), the ids
-    below ``n_hot`` hot, for a step function of ``groups`` width groups, its examples built on ``threads`` threads. A function of corpus positions alone:
-    what every rank builds ahead in :func:`train`, and what the dry-run planner (hvd_w2v.plan) builds for
-    every rank of a rank count in one process."""
+    below ``n_hot`` hot, for a step function of ``groups`` width groups, its examples built on ``threads``
+    threads. A function of corpus positions alone: what every rank builds ahead in :func:`train`, and what
+    the dry-run planner (hvd_w2v.plan) builds for every rank of a rank count in one process."""
     epoch, lo, hi = share(cfg, len(stream), done, rank, plan.ranks)
     return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi, threads), plan, n_hot, cfg.sg, groups)
 
