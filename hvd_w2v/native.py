@@ -99,6 +99,17 @@ def _library(name, functions, what, restype=None, extra_flags=()):
 
 
 P, I64, U64, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
+ALIGN = 64  # bytes: TensorFlow aborts the process on a tensor whose buffer is not aligned to Eigen's maximum
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array whose buffer starts on an ALIGN boundary, so that TensorFlow can
+    read it without a copy (sgns._shared)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + ALIGN, np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip:skip + size].view(dtype).reshape(shape)
 
 
 # -- the owners' row copies (rows_kernel.cc) -----------------------------------------------------------------
@@ -234,8 +245,8 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
     keys = np.empty(occurrences, np.int64)
     sgd = np.empty(occurrences, np.float32)
     owned = np.empty(ranks + 1, np.int64)
-    ctx = np.empty((n_pad, width), np.int32)
-    tgt = np.empty((n_pad, 1 + negative), np.int32)
+    ctx = aligned_empty((n_pad, width), np.int32)  # handed to the fused op without a copy
+    tgt = aligned_empty((n_pad, 1 + negative), np.int32)
     unique = lib.hvd_w2v_step_plan(centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data, n, width,
                                    negative, ranks, n_hot, int(sg), row_bucket, n_pad, keys.ctypes.data,
                                    owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data)

@@ -99,8 +99,8 @@ def step_function(sg, groups, fused=None, threads=1):
         raise RuntimeError(f"the fused step op is not available: {_FUSED['error']}")
     if op is not None:
         def run(rows, ctxs, tgts, alpha):
-            updates, loss, count = op(rows=_shared(rows), ctxs=[tf.constant(c) for c in ctxs],
-                                      tgts=[tf.constant(t) for t in tgts], alpha=tf.constant(alpha, tf.float32), sg=sg,
+            updates, loss, count = op(rows=_shared(rows), ctxs=[_shared(c) for c in ctxs],
+                                      tgts=[_shared(t) for t in tgts], alpha=tf.constant(alpha, tf.float32), sg=sg,
                                       threads=threads)
             return _viewed(updates), loss, count
 
@@ -157,14 +157,12 @@ def fused_op():
     return _FUSED.get("op")
 
 
-ALIGN = 64  # bytes: TensorFlow aborts the process on a tensor whose buffer is not aligned to Eigen's maximum
+ALIGN = native.ALIGN
 
 
 def empty_rows(rows, dim):
     """An uninitialised float32[rows, dim] array whose buffer TensorFlow can share (ALIGN-aligned)."""
-    raw = np.empty(rows * dim * 4 + ALIGN, np.uint8)
-    skip = -raw.ctypes.data % ALIGN
-    return raw[skip:skip + rows * dim * 4].view(np.float32).reshape(rows, dim)
+    return native.aligned_empty((rows, dim), np.float32)
 
 
 class _Exported:
@@ -187,7 +185,8 @@ def _viewed(tensor):
 
 
 def _shared(array):
-    """``array`` (C-contiguous numpy) as a tensor on the same memory when it is aligned, else a copy."""
+    """``array`` (C-contiguous numpy) as a tensor on the same memory when it is aligned (the step's rows, and
+    the compiled plan's slots: native.aligned_empty), else a copy."""
     if array.ctypes.data % ALIGN == 0 and array.flags.c_contiguous:
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     return tf.constant(array)
