@@ -157,11 +157,8 @@ def fused_op():
     return _FUSED.get("op")
 
 
-ALIGN = native.ALIGN
-
-
 def empty_rows(rows, dim):
-    """An uninitialised float32[rows, dim] array whose buffer TensorFlow can share (ALIGN-aligned)."""
+    """An uninitialised float32[rows, dim] array whose buffer TensorFlow can share (native.ALIGN-aligned)."""
     return native.aligned_empty((rows, dim), np.float32)
 
 
@@ -187,6 +184,6 @@ def _viewed(tensor):
 def _shared(array):
     """``array`` (C-contiguous numpy) as a tensor on the same memory when it is aligned (the step's rows, and
     the compiled plan's slots: native.aligned_empty), else a copy."""
-    if array.ctypes.data % ALIGN == 0 and array.flags.c_contiguous:
+    if array.ctypes.data % native.ALIGN == 0 and array.flags.c_contiguous:
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     return tf.constant(array)

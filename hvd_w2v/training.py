@@ -281,8 +281,7 @@ class StepPlan:
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
         every centre in one block, its contexts where the examples hold them (what the fused op takes: it
         skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph). One
-        thread: numbering the keys per range of centres on several and joining the numbers measured slower
-        than one pass (python -m hvd_w2v.bench.phases; hvd_w2v/bench/README.md)."""
+        thread: numbering per range of centres would need a serial join of the ranges' numbers."""
         lib = native.example_builder() if groups == 1 else None
         if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
             keys, owned, ctx, tgt, sgd = native.step_plan(
