@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -61,8 +62,9 @@ void hvd_w2v_add_rows(float* table, const int64_t* rows, const float* updates, c
 // sgd[i] SGD updates. A row's updates are scaled by min(1, cap / max(m, 1)), m its SGD updates summed over
 // all sources, and added source by source. ``total`` (float32[table_rows], zeros) is scratch, left zeros.
 // On ``threads`` threads, each the owner of the rows in every threads-th block of ROW_BLOCK table rows: each
-// reads every entry and adds those of its rows, so every row is still added source by source, and the
-// result is the same on any thread count, byte for byte.
+// first lists the entries of its rows, in order, then adds only those, so every row is still added source by
+// source, and the result is the same on any thread count, byte for byte. (Listing first keeps the adding loop
+// free of a test it mispredicts half the time, and lets it prefetch only rows it will write.)
 // Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
 int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
                             const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total,
@@ -75,23 +77,23 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
-    auto mine = [&](int64_t row) { return (row / ROW_BLOCK) % team == t; };
+    std::vector<int64_t> mine;  // the entries i whose row this thread owns, in order
+    mine.reserve(n / team + ROW_BLOCK);
     for (int64_t i = 0; i < n; ++i)
-      if (mine(rows[i])) total[rows[i]] += sgd[i];
-    const int64_t* row = rows;
-    for (int64_t s = 0; s < sources; ++s) {
-      const float* src = blocks[s];
-      for (int64_t i = 0; i < counts[s]; ++i, ++row, src += d) {
-        if (i + PREFETCH_ROWS < counts[s] && mine(row[PREFETCH_ROWS]))
-          prefetch_row(table + row[PREFETCH_ROWS] * d, d, 1);
-        if (!mine(*row)) continue;
-        const float m = total[*row] > 1.f ? total[*row] : 1.f;
-        const float scale = cap / m < 1.f ? cap / m : 1.f;
-        add_row(table + *row * d, src, scale, d);
-      }
+      if ((rows[i] / ROW_BLOCK) % team == t) mine.push_back(i);
+    const int64_t m = static_cast<int64_t>(mine.size());
+    for (int64_t i : mine) total[rows[i]] += sgd[i];
+    int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
+    for (int64_t k = 0; k < m; ++k) {
+      if (k + PREFETCH_ROWS < m) prefetch_row(table + rows[mine[k + PREFETCH_ROWS]] * d, d, 1);
+      const int64_t i = mine[k];
+      while (i >= end) end += counts[++s];
+      const int64_t row = rows[i];
+      const float most = total[row] > 1.f ? total[row] : 1.f;
+      const float scale = cap / most < 1.f ? cap / most : 1.f;
+      add_row(table + row * d, blocks[s] + (i - (end - counts[s])) * d, scale, d);
     }
-    for (int64_t i = 0; i < n; ++i)
-      if (mine(rows[i])) total[rows[i]] = 0.f;
+    for (int64_t i : mine) total[rows[i]] = 0.f;
   }
   return 0;
 }

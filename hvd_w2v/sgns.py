@@ -98,10 +98,15 @@ def step_function(sg, groups, fused=None, threads=1):
     if fused and op is None:
         raise RuntimeError(f"the fused step op is not available: {_FUSED['error']}")
     if op is not None:
+        # alpha goes in through one tensor on a numpy scalar, rewritten each call, instead of a new
+        # tf.constant each step: a conversion the step would wait for, on its one Python thread.
+        rate = native.aligned_empty((), np.float32)
+        rate_tensor = _shared(rate)
+
         def run(rows, ctxs, tgts, alpha):
+            rate[...] = alpha
             updates, loss, count = op(rows=_shared(rows), ctxs=[_shared(c) for c in ctxs],
-                                      tgts=[_shared(t) for t in tgts], alpha=tf.constant(alpha, tf.float32), sg=sg,
-                                      threads=threads)
+                                      tgts=[_shared(t) for t in tgts], alpha=rate_tensor, sg=sg, threads=threads)
             return _viewed(updates), loss, count
 
         run.fused, run.empty_rows, run.groups = True, empty_rows, 1

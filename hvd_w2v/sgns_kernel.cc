@@ -11,7 +11,8 @@
 // the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
 //
 // Threads (the attr ``threads``, the rank's budget): the centres are cut into one run of consecutive centres
-// per thread, run at once (OpenMP). Chunk 0 adds into the output, chunk t > 0 into a buffer of its own; then
+// per thread, of about equal work (row operations, counted from each centre's context words), run at once
+// (OpenMP). Chunk 0 adds into the output, chunk t > 0 into a buffer of its own; then
 // each thread adds the buffers, in chunk order, into its range of the output's rows. So the result depends on
 // the thread count alone (the order of float32 sums), never on scheduling, and on one thread it is the
 // one-loop arithmetic exactly, byte for byte.
@@ -160,9 +161,11 @@ class SgnsStep : public OpKernel {
     const int none = static_cast<int>(T - 1);
     const float* rows = rows_t.flat<float>().data();
 
-    // Every group checked, and where its centres start in the step's list of all groups' centres.
+    // Every group checked, where its centres start in the step's list of all groups' centres, and the cost
+    // up to each centre of that list: skip-gram's context words each cost a dot product and two row adds per
+    // target, plus one; CBOW's centre costs the same per target, plus two row adds per context word.
     const int groups = ctxs.size();
-    std::vector<int64_t> start(groups + 1, 0);
+    std::vector<int64_t> start(groups + 1, 0), cost(1, 0);
     for (int g = 0; g < groups; ++g) {
       const Tensor& ctx_t = ctxs[g];
       const Tensor& tgt_t = tgts[g];
@@ -170,8 +173,15 @@ class SgnsStep : public OpKernel {
                   errors::InvalidArgument("ctxs[g] [n, w] and tgts[g] [n, 1+K] must agree on n"));
       const int32* ctx = ctx_t.flat<int32>().data();
       const int32* tgt = tgt_t.flat<int32>().data();
-      for (int64_t i = 0; i < ctx_t.NumElements(); ++i)
-        OP_REQUIRES(c, ctx[i] >= 0 && ctx[i] <= none, errors::InvalidArgument("context row out of range"));
+      const int64_t w = ctx_t.dim_size(1), k1 = tgt_t.dim_size(1);
+      for (int64_t i = 0; i < ctx_t.dim_size(0); ++i) {
+        int64_t m = 0;
+        for (int64_t j = i * w; j < (i + 1) * w; ++j) {
+          OP_REQUIRES(c, ctx[j] >= 0 && ctx[j] <= none, errors::InvalidArgument("context row out of range"));
+          m += ctx[j] != none;
+        }
+        cost.push_back(cost.back() + (sg_ ? m * (3 * k1 + 1) : m > 0 ? 3 * k1 + 2 * m : 0));
+      }
       for (int64_t i = 0; i < tgt_t.NumElements(); ++i)
         OP_REQUIRES(c, tgt[i] >= 0 && tgt[i] <= none, errors::InvalidArgument("target row out of range"));
       start[g + 1] = start[g] + ctx_t.dim_size(0);
@@ -184,7 +194,11 @@ class SgnsStep : public OpKernel {
     const int64_t cells = (T - 1) * d;
     // One chunk of consecutive centres per thread: chunk 0 adds into the output, chunk t > 0 into a buffer
     // of its own; then each thread adds the buffers into its range of the output's rows, in chunk order.
+    // Chunk t starts at the first centre whose cost before it reaches t / chunks of the step's.
     const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads_, start[groups])));
+    std::vector<int64_t> bound(chunks + 1, start[groups]);
+    for (int t = 0; t < chunks; ++t)
+      bound[t] = std::lower_bound(cost.begin(), cost.end(), cost.back() * t / chunks) - cost.begin();
     // The buffers are the kernel's, kept from call to call: fresh ones would be fresh pages, each step paying
     // their page faults (a rank calls the op from one thread; the lock keeps any other caller correct).
     mutex_lock lock(mu_);
@@ -202,7 +216,7 @@ class SgnsStep : public OpKernel {
       } else {
         std::fill(up, up + cells, 0.f);
       }
-      const int64_t lo = start[groups] * t / chunks, hi = start[groups] * (t + 1) / chunks;
+      const int64_t lo = bound[t], hi = bound[t + 1];
       for (int g = 0; g < groups; ++g) {
         const int64_t a = std::max(lo, start[g]) - start[g], b = std::min(hi, start[g + 1]) - start[g];
         if (a < b)
