@@ -4,7 +4,7 @@
 //   hvd_w2v_build: batches.build (subsampling, reduced windows, contexts within the sentence and the span,
 //     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
 //     operation the one numpy does, in the same order and precision: the same examples, bit for bit.
-//   hvd_w2v_step_plan: training.StepPlan.of for the fused op (one block): the step's unique keys grouped by
+//   hvd_w2v_step_plan: training.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
 //     owner, each example's slots in that table, and the SGD-update count of each row.
 // tests/test_batches.py holds both to numpy. Called through ctypes by hvd_w2v/native.py, which checks the
 // arrays first; built there with g++ (-ffp-contract=off: no fused multiply-adds, which round differently).

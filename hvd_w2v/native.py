@@ -1,14 +1,14 @@
 """Compiled code: built once per machine with g++ from the package's C++ sources, cached, loaded on demand.
 
-Three libraries, each optional: the step's fused TensorFlow op (sgns_kernel.cc, loaded by sgns), the owners'
-row copies (rows_kernel.cc, used by exchange) and the example builder (batches_kernel.cc, used by batches),
-the last two loaded here through ctypes. Where one cannot be built or loaded, its user prints one warning and
-falls back to TensorFlow's graph or numpy, which compute the same values more slowly; ``HVD_W2V_KERNEL=python``
-(or ``graph``) asks for the fallbacks from the start.
+Three libraries, each optional, each loaded here through ctypes: the step's maths (sgns_kernel.cc, used by
+sgns), the owners' row copies (rows_kernel.cc, used by exchange) and the example builder (batches_kernel.cc,
+used by batches). Where one cannot be built or loaded, its user prints one warning and falls back to
+TensorFlow's graph or numpy, which compute the same values more slowly; ``HVD_W2V_KERNEL=python`` (or
+``graph``) asks for the fallbacks from the start.
 
-A library's file name is a hash of its source, its compiler flags (TensorFlow's, for the op), TensorFlow's
-version and this CPU's features (``-march=native``), so a changed source, another TensorFlow or another
-machine sharing the cache folder builds its own. Ranks that start together build it once: the first takes a
+A library's file name is a hash of its source, its compiler flags and this CPU's features
+(``-march=native``), so a changed source or another machine sharing the cache folder builds its own. Ranks
+that start together build it once: the first takes a
 lock on the cache folder, the others wait for it and use its result. Where the lock does not reach across
 hosts (NFS without a lock manager), hosts may build at once: each builds into a temporary file of its own
 (created exclusively, so no two hosts share one, even where their processes have the same PID) and renames
@@ -38,15 +38,14 @@ def wanted():
     return os.environ.get("HVD_W2V_KERNEL", "native") not in ("python", "graph")
 
 
-def build(name, extra_flags=(), salt=""):
+def build(name, extra_flags=()):
     """The path of ``name``.cc (a source beside this module) built into a shared library, building it if the
-    cache has none. ``extra_flags`` go after the source (include and link flags); ``salt`` is anything else
-    the build depends on (TensorFlow's version). Raises OSError when g++ is missing or fails."""
+    cache has none. ``extra_flags`` go after the source. Raises OSError when g++ is missing or fails."""
     source = os.path.join(HERE, f"{name}.cc")
     with open(source, "rb") as f:
         text = f.read()
     cpu = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
-    key = hashlib.sha256(b"\0".join([text, salt.encode(), cpu.encode(),
+    key = hashlib.sha256(b"\0".join([text, cpu.encode(),
                                      " ".join([*FLAGS, *extra_flags]).encode()])).hexdigest()[:16]
     folder = cache_folder()
     os.makedirs(folder, exist_ok=True)
@@ -77,10 +76,10 @@ def warn(what, error, fallback):
 _LIBS = {}  # name: the loaded ctypes library, or the reason it is not available (a str)
 
 
-def _library(name, functions, what, restype=None, extra_flags=()):
+def _library(name, functions, what, restype=None, extra_flags=(), fallback="numpy"):
     """The ctypes library of ``name``.cc, built on first use, with ``functions`` ({name: argtypes}, each
     returning ``restype``, or {name: (argtypes, its restype)}) declared; None where it cannot be built (one
-    warning) or $HVD_W2V_KERNEL asks for numpy."""
+    warning naming the ``fallback``) or $HVD_W2V_KERNEL asks for the fallbacks."""
     if name not in _LIBS:
         if not wanted():
             _LIBS[name] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
@@ -93,9 +92,15 @@ def _library(name, functions, what, restype=None, extra_flags=()):
             _LIBS[name] = lib
         except (OSError, AttributeError, StopIteration) as e:
             _LIBS[name] = str(e)
-            warn(what, e, "numpy")
+            warn(what, e, fallback)
     lib = _LIBS[name]
     return None if isinstance(lib, str) else lib
+
+
+def unavailable(name):
+    """Why the library of ``name``.cc is not in use ("" when it is loaded, or not yet asked for)."""
+    why = _LIBS.get(name)
+    return why if isinstance(why, str) else ""
 
 
 P, I64, U64, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
@@ -104,12 +109,41 @@ ALIGN = 64  # bytes: TensorFlow aborts the process on a tensor whose buffer is n
 
 def aligned_empty(shape, dtype):
     """An uninitialised C-contiguous array whose buffer starts on an ALIGN boundary, so that TensorFlow can
-    read it without a copy (sgns._shared)."""
+    read it without a copy (sgns._shared, the graph's)."""
     dtype = np.dtype(dtype)
     size = int(np.prod(shape)) * dtype.itemsize
     raw = np.empty(size + ALIGN, np.uint8)
     skip = -raw.ctypes.data % ALIGN
     return raw[skip:skip + size].view(dtype).reshape(shape)
+
+
+# -- the step's maths (sgns_kernel.cc) -----------------------------------------------------------------------
+
+def step_kernel():
+    """The library of sgns_kernel.cc, or None (TensorFlow's graph then; sgns.step_function)."""
+    return _library("sgns_kernel", {"hvd_w2v_sgns_step": [I64, P, I64, I64, I64, P, P, P, P, P, F32, I64, P, P]},
+                    "the compiled step", I64, fallback="the TensorFlow graph")
+
+
+def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
+    """sgns.step_function's maths in one compiled call on ``threads`` threads: ``rows`` float32[T, d], the
+    groups' int32 blocks ``ctxs`` [n_g, w_g] and ``tgts`` [n_g, 1 + K] (C-contiguous, indices in [0, T)).
+    Returns (updates float32[T - 1, d], loss, count)."""
+    if not (rows.dtype == np.float32 and rows.ndim == 2 and len(rows) >= 1 and rows.flags.c_contiguous
+            and len(ctxs) == len(tgts) >= 1
+            and all(c.dtype == t.dtype == np.int32 and c.ndim == t.ndim == 2 and len(c) == len(t)
+                    and c.flags.c_contiguous and t.flags.c_contiguous for c, t in zip(ctxs, tgts))):
+        raise ValueError("the step takes float32 rows [T >= 1, d] and int32 C-contiguous ctx [n, w] and tgt "
+                         "[n, 1 + K] blocks that agree on n")
+    shapes = np.array([(len(c), c.shape[1], t.shape[1]) for c, t in zip(ctxs, tgts)], np.int64).T.copy()
+    pointers = np.array([[a.ctypes.data for a in ctxs], [a.ctypes.data for a in tgts]], np.uintp)
+    updates = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
+    sums = np.empty(2)
+    if lib.hvd_w2v_sgns_step(int(sg), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs), pointers[0].ctypes.data,
+                             pointers[1].ctypes.data, shapes[0].ctypes.data, shapes[1].ctypes.data,
+                             shapes[2].ctypes.data, alpha, threads, updates.ctypes.data, sums.ctypes.data):
+        raise IndexError(f"the step's context or target rows must lie in [0, {len(rows)})")
+    return updates, sums[0], sums[1]
 
 
 # -- the owners' row copies (rows_kernel.cc) -----------------------------------------------------------------
@@ -233,7 +267,7 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
 
 
 def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad):
-    """training.StepPlan.of's table for one block (the fused op's). Returns keys int64[U] grouped by owner, hot
+    """training.StepPlan.of's table for one block (the compiled step's). Returns keys int64[U] grouped by owner, hot
     last; owned int64[ranks + 1]; ctx int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples'
     slots ("none" where empty); sgd float32[U]."""
     centres, contexts, negatives = (np.ascontiguousarray(a, np.int64) for a in (centres, contexts, negatives))
@@ -245,8 +279,8 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
     keys = np.empty(occurrences, np.int64)
     sgd = np.empty(occurrences, np.float32)
     owned = np.empty(ranks + 1, np.int64)
-    ctx = aligned_empty((n_pad, width), np.int32)  # handed to the fused op without a copy
-    tgt = aligned_empty((n_pad, 1 + negative), np.int32)
+    ctx = np.empty((n_pad, width), np.int32)
+    tgt = np.empty((n_pad, 1 + negative), np.int32)
     unique = lib.hvd_w2v_step_plan(centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data, n, width,
                                    negative, ranks, n_hot, int(sg), row_bucket, n_pad, keys.ctypes.data,
                                    owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data)

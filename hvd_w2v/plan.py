@@ -162,7 +162,7 @@ def plan_steps(corpus, cfg, ranks, hot_rows, steps):
         by_hot = {}
         for h in hot_rows:
             n_hot = min(h, voc.size)  # as training.train's HotRows
-            # groups=1: the fused op's one block; the keys and their owners are the same for any grouping.
+            # groups=1: the compiled step's one block; the keys and their owners are the same for any grouping.
             asked = np.stack([StepPlan.of(b, row_plan, n_hot, cfg.sg, 1).owned for b in examples])
             by_hot[h] = Step(asked, positions)
         yield done, by_hot
@@ -248,10 +248,10 @@ class Compute:
 
 
 def measure_compute(corpus, cfg, at, repeats=7):
-    """Compute from the real fused step op (sgns.step_function, one thread), timed in this process on one
+    """Compute from the real compiled step (sgns.step_function, one thread), timed in this process on one
     rank's StepPlan of global step ``at`` with all ``batch_words`` positions and with its first 32 (about the
     call's fixed cost): the median of ``repeats`` calls each, a line through the two. (A line through two
-    large batches would not do: the op's cost per position grows with the batch, whose table of unique rows
+    large batches would not do: the step's cost per position grows with the batch, whose table of unique rows
     outgrows the caches, so a line through 2,048 and 131,072 positions crossed zero at 4 ms.)"""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's start-up notes
     import tensorflow as tf
@@ -282,7 +282,7 @@ def measure_compute(corpus, cfg, at, repeats=7):
     (small, t_small), (big, t_big) = sorted(seconds.items())
     per_position = max(0.0, (t_big - t_small) / max(big - small, 1))
     per_step = max(0.0, t_small - per_position * small)
-    kind = "fused op" if step_fn.fused else "TensorFlow graph (no fused op here)"
+    kind = "compiled step" if step_fn.fused else "TensorFlow graph (no compiled step here)"
     return Compute(per_step, per_position,
                    f"measured on this host: the {kind}, 1 thread, on one rank's examples of {small:,} and {big:,} "
                    f"positions of step {at:,}: {t_small * 1e6:,.0f} and {t_big * 1e6:,.0f} us (median of "
@@ -391,7 +391,7 @@ def add_arguments(p):
     m.add_argument("--bandwidth", type=float, default=100.0, help="Gb/s per rank's link (default: %(default)s)")
     m.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
     m.add_argument("--compute-us-per-position", type=float, default=None,
-                   help="a rank's step maths per corpus position, instead of timing the fused op here")
+                   help="a rank's step maths per corpus position, instead of timing the compiled step here")
     m.add_argument("--compute-us-per-step", type=float, default=0.0,
                    help="with --compute-us-per-position: a rank's fixed cost per step (default: %(default)s)")
     p.add_argument("--format", choices=["text", "markdown"], default="text", help="the table's layout")

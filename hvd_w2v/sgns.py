@@ -1,13 +1,13 @@
-"""The loss and its updates: skip-gram and CBOW with negative sampling, in TensorFlow. Knows nothing of ranks.
+"""The loss and its updates: skip-gram and CBOW with negative sampling. Knows nothing of ranks.
 
 Batched as Intel's pWord2Vec ("HogBatch"): each centre's output rows (the centre itself, then its
 ``negative`` noise words, shared by the whole window) meet all its context rows in one small matrix product.
 Updates follow word2vec.c exactly: ``g = (label - sigmoid(x . y)) * alpha`` is *added* (gradient ascent on
 the log-likelihood); every row's updates from one step are computed from the same snapshot and summed.
 
-Two implementations of the same sums (step_function): a fused TensorFlow CPU op (sgns_kernel.cc, built here
-with g++ and cached: fused_op), word2vec.c's loops with no intermediate blocks; and the TensorFlow graph below,
-the reference the op is tested against and the fallback where the op cannot be built.
+Two implementations of the same sums (step_function): the compiled step (sgns_kernel.cc, built with g++ and
+cached: native.step_kernel), word2vec.c's loops with no intermediate blocks, in one call; and the TensorFlow
+graph below, the reference the compiled step is tested against and the fallback where it cannot be built.
 
 Index space: ``ctx`` and ``tgt`` index ``rows``, the step's table of unique rows. A W_in row (a context word)
 and a W_out row (a centre or noise word) are different rows of it, even for the same word. The table's last
@@ -20,7 +20,6 @@ window in equal shares, so one [n, 2 * window] block would be 40% "no context" s
 segment sum pays for (window 5); the groups cut that to the rounding of each group's centre count.
 """
 import functools
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -75,39 +74,31 @@ def _cbow(rows, ctx, tgt, alpha):
 
 @functools.lru_cache(maxsize=None)
 def step_function(sg, groups, fused=None, threads=1):
-    """The step's maths for ``groups`` context-width groups, on ``threads`` threads (the fused op's; the
+    """The step's maths for ``groups`` context-width groups, on ``threads`` threads (the compiled step's; the
     graph runs on TensorFlow's intra-op pool, which comm.init sizes to the same budget).
 
     Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
-    a ``rows`` TensorFlow can read without a copy and ``f.groups`` the number of groups it wants its
-    examples in (training.StepPlan.of): ``groups`` for the graph, 1 for the fused op, which takes any number
-    and skips empty context slots itself. ``rows`` float32[U + 1, d] (every row
-    the step touches, then the zero row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays
-    ([n_g, w_g] context rows, ``U`` where none; [n_g, 1 + negative] the centre's row then its noise words'),
-    ``alpha`` the step's learning rate. ``updates`` float32[U, d] is every row's summed update (the zero
-    row's dropped), a read-only numpy array on TensorFlow's memory; ``loss`` the summed loss and ``count`` the
-    pairs (skip-gram) or centres (CBOW) trained, scalar tensors.
+    a ``rows`` either path reads without a copy and ``f.groups`` the number of groups it wants its examples
+    in (training.StepPlan.of): ``groups`` for the graph, 1 for the compiled step, which takes any number and
+    skips empty context slots itself. ``rows`` float32[U + 1, d] (every row the step touches, then the zero
+    row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays ([n_g, w_g] context rows, ``U`` where none;
+    [n_g, 1 + negative] the centre's row then its noise words'), ``alpha`` the step's learning rate.
+    ``updates`` float32[U, d] is every row's summed update (the zero row's dropped; the graph's a read-only
+    array on TensorFlow's memory), ``loss`` the summed loss and ``count`` the pairs (skip-gram) or centres
+    (CBOW) trained, scalars (``float()`` takes either path's).
 
-    Two implementations of the same sums: the fused op of sgns_kernel.cc (``fused`` True; the default when it
-    builds here, see :func:`fused_op`) and the TensorFlow graph below (``fused`` False; the reference the op
-    is tested against). The graph is traced once for every shape and called through its concrete function,
-    which skips tf.function's argument binding at every call. Either way ``rows`` and ``updates`` (megabytes)
-    cross between numpy and TensorFlow without a copy.
+    Two implementations of the same sums: the compiled step of sgns_kernel.cc (``fused`` True; the default
+    when it builds here, see :func:`fused`) and the TensorFlow graph below (``fused`` False; the reference
+    the compiled step is tested against). The graph is traced once for every shape and called through its
+    concrete function, which skips tf.function's argument binding at every call; ``rows`` and ``updates``
+    (megabytes) cross between numpy and TensorFlow without a copy.
     """
-    op = fused_op() if fused is None or fused else None
-    if fused and op is None:
-        raise RuntimeError(f"the fused step op is not available: {_FUSED['error']}")
-    if op is not None:
-        # alpha goes in through one tensor on a numpy scalar, rewritten each call, instead of a new
-        # tf.constant each step: a conversion the step would wait for, on its one Python thread.
-        rate = native.aligned_empty((), np.float32)
-        rate_tensor = _shared(rate)
-
+    lib = native.step_kernel() if fused is None or fused else None
+    if fused and lib is None:
+        raise RuntimeError(f"the compiled step is not available: {fused_error()}")
+    if lib is not None:
         def run(rows, ctxs, tgts, alpha):
-            rate[...] = alpha
-            updates, loss, count = op(rows=_shared(rows), ctxs=[_shared(c) for c in ctxs],
-                                      tgts=[_shared(t) for t in tgts], alpha=rate_tensor, sg=sg, threads=threads)
-            return _viewed(updates), loss, count
+            return native.sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads)
 
         run.fused, run.empty_rows, run.groups = True, empty_rows, 1
         return run
@@ -140,26 +131,15 @@ def step_function(sg, groups, fused=None, threads=1):
     return run
 
 
-# -- the fused op: built once per machine and TensorFlow, cached (native.py) --------------------------------
+def fused():
+    """True when the compiled step builds and loads here (native.step_kernel, built on first use) and
+    $HVD_W2V_KERNEL does not ask for the graph; else step_function falls back to the graph."""
+    return native.step_kernel() is not None
 
-_FUSED = {}  # "op" once loaded, or "error": why it is not available
 
-
-def fused_op():
-    """The fused step op (sgns_kernel.cc), building it on first use (native.build); None where it cannot be
-    built or loaded, or $HVD_W2V_KERNEL asks for the graph. The reason is kept in _FUSED["error"]."""
-    if not _FUSED:
-        if not native.wanted():
-            _FUSED["error"] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
-            return None
-        try:
-            path = native.build("sgns_kernel", [*tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()],
-                                salt=tf.__version__)
-            _FUSED["op"] = tf.load_op_library(path).hvd_w2v_sgns_step
-        except (OSError, AttributeError, tf.errors.OpError, StopIteration) as e:
-            _FUSED["error"] = str(e)
-            native.warn("the fused step op", e, "the TensorFlow graph")
-    return _FUSED.get("op")
+def fused_error():
+    """Why the compiled step is not available ("" when it is)."""
+    return native.unavailable("sgns_kernel")
 
 
 def empty_rows(rows, dim):
@@ -187,8 +167,8 @@ def _viewed(tensor):
 
 
 def _shared(array):
-    """``array`` (C-contiguous numpy) as a tensor on the same memory when it is aligned (the step's rows, and
-    the compiled plan's slots: native.aligned_empty), else a copy."""
+    """``array`` (C-contiguous numpy) as a tensor on the same memory when it is aligned (the step's rows:
+    native.aligned_empty), else a copy."""
     if array.ctypes.data % native.ALIGN == 0 and array.flags.c_contiguous:
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     return tf.constant(array)

@@ -1,46 +1,32 @@
-// The step's maths fused into one TensorFlow CPU op: the same updates as sgns.py's graph, in word2vec.c's
-// loops. The graph materialises [centres, width, dim] blocks for the gathers, products and segment sums; this
-// op reads each row once per pair from the snapshot and adds into the output in place, as gensim's and
-// word2vec.c's inner loops do, so a step's maths costs a fraction of the graph's.
+// The step's maths in one call: the same updates as sgns.py's TensorFlow graph, in word2vec.c's loops. The
+// graph materialises [centres, width, dim] blocks for the gathers, products and segment sums; this reads each
+// row once per pair from the snapshot and adds into the output in place, as gensim's and word2vec.c's inner
+// loops do, so a step's maths costs a fraction of the graph's. Called through ctypes (native.sgns_step), like
+// the other compiled pieces. (It was a TensorFlow op until 2026-12: the op's eager dispatch and the numpy-to-
+// tensor conversions ran every step on the rank's one Python thread, where the other threads waited; the
+// bench README, "Threads inside a rank", has the throughput before and after.)
 //
 // Contract (sgns.step_function documents it for both paths): rows float32[T, d] (the step's unique rows, then
-// zero rows; the last one, T - 1, stands for "no context word"), ctxs: N int32 blocks [n_g, w_g] of row
-// indices, tgts: N int32 blocks [n_g, 1 + K] (the centre's W_out row, then its noise words'), alpha a scalar.
-// Outputs: updates float32[T - 1, d], every row's summed update (the last row's is dropped), loss (summed
-// -log sigmoid), count (pairs for skip-gram, centres with a context for CBOW). Every update is computed from
-// the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
+// zero rows; the last one, T - 1, stands for "no context word"), N groups of int32 blocks, ctx [n_g, w_g] of
+// row indices and tgt [n_g, 1 + K] (the centre's W_out row, then its noise words'), alpha. Writes updates
+// float32[T - 1, d], every row's summed update (the last row's is dropped), and sums[0] the loss (summed
+// -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). Every update is
+// computed from the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
 //
-// Threads (the attr ``threads``, the rank's budget): the centres are cut into one run of consecutive centres
-// per thread, of about equal work (row operations, counted from each centre's context words), run at once
-// (OpenMP). Chunk 0 adds into the output, chunk t > 0 into a buffer of its own; then
-// each thread adds the buffers, in chunk order, into its range of the output's rows. So the result depends on
-// the thread count alone (the order of float32 sums), never on scheduling, and on one thread it is the
-// one-loop arithmetic exactly, byte for byte.
+// Threads (the rank's budget): the centres are cut into one run of consecutive centres per thread, of about
+// equal work (row operations, counted from each centre's context words), run at once (OpenMP). Chunk 0 adds
+// into the output, chunk t > 0 into a buffer of its own; then each thread adds the buffers, in chunk order,
+// into its range of the output's rows. So the result depends on the thread count alone (the order of float32
+// sums), never on scheduling, and on one thread it is the one-loop arithmetic exactly, byte for byte.
 //
-// Built by hvd_w2v/sgns.py (g++ with TensorFlow's flags) into a cache folder.
+// Built by hvd_w2v/native.py (g++ -fopenmp) into a cache folder.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <mutex>
 #include <vector>
-
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-
-using namespace tensorflow;
-
-REGISTER_OP("HvdW2vSgnsStep")
-    .Attr("N: int >= 1")
-    .Attr("sg: bool")
-    .Attr("threads: int = 1")
-    .Input("rows: float")
-    .Input("ctxs: N * int32")
-    .Input("tgts: N * int32")
-    .Input("alpha: float")
-    .Output("updates: float")
-    .Output("loss: float")
-    .Output("count: float");
 
 namespace {
 
@@ -73,14 +59,14 @@ inline void sigmoid_and_loss(float f, bool positive, float* sig, double* loss) {
 }
 
 // A target slot that trains nothing: no target, or a noise word equal to the centre.
-inline bool skipped(const int32* ts, int k, int none) { return ts[k] == none || (k > 0 && ts[k] == ts[0]); }
+inline bool skipped(const int32_t* ts, int k, int none) { return ts[k] == none || (k > 0 && ts[k] == ts[0]); }
 
 // grad[k] = (label - sigmoid(l1 . target k)) * alpha for the k1 targets ts of one input row l1, and their loss.
 // Every dot product first, then the sigmoids, then (the caller) the updates: the dot products are independent
 // (they read the step's snapshot, never the updates), so they overlap instead of each waiting for the one
 // before it through its sigmoid and updates; each value, and the order the loss and the updates are summed
 // in, is the same as one target at a time.
-inline void gradients(const float* l1, const float* rows, const int32* ts, int k1, int none, int d, float alpha,
+inline void gradients(const float* l1, const float* rows, const int32_t* ts, int k1, int none, int d, float alpha,
                       float* grad, double* loss) {
   for (int k = 0; k < k1; ++k)
     grad[k] = skipped(ts, k, none) ? 0.f : dot(l1, rows + static_cast<int64_t>(ts[k]) * d, d);
@@ -100,9 +86,9 @@ inline void prefetch_row(const float* row, int d, int write) {
 // The rows a centre reads and adds into, asked for while the centre before it computes: its rows are scattered
 // over the step's table, and without this each waits on the memory in turn (CBOW's centres, with less maths
 // between their reads, gain the most).
-inline void prefetch_centre(const float* rows, float* up, int d, int none, const int32* cs, int w, const int32* ts,
+inline void prefetch_centre(const float* rows, float* up, int d, int none, const int32_t* cs, int w, const int32_t* ts,
                             int k1) {
-  auto both = [&](int32 r) {
+  auto both = [&](int32_t r) {
     if (r == none) return;
     prefetch_row(rows + static_cast<int64_t>(r) * d, d, 0);
     prefetch_row(up + static_cast<int64_t>(r) * d, d, 1);
@@ -113,12 +99,12 @@ inline void prefetch_centre(const float* rows, float* up, int d, int none, const
 
 // Centres [lo, hi) of one group (ctx [n, w], tgt [n, k1]): their updates added into ``up``, their loss and
 // count into ``*loss`` and ``*count``. word2vec.c's loops (skip-gram) and its CBOW's, on the snapshot ``rows``.
-void centres(bool sg, const float* rows, int d, int none, float alpha, const int32* ctx, int w, const int32* tgt,
+void centres(bool sg, const float* rows, int d, int none, float alpha, const int32_t* ctx, int w, const int32_t* tgt,
              int k1, int64_t lo, int64_t hi, float* up, double* loss, double* count) {
   std::vector<float> work(d), hidden(d), grad(k1);
   for (int64_t i = lo; i < hi; ++i) {
-    const int32* cs = ctx + i * w;
-    const int32* ts = tgt + i * k1;
+    const int32_t* cs = ctx + i * w;
+    const int32_t* ts = tgt + i * k1;
     if (i + 1 < hi) prefetch_centre(rows, up, d, none, cs + w, w, ts + k1, k1);
     if (sg) {
       for (int j = 0; j < w; ++j) {
@@ -161,116 +147,82 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
   }
 }
 
-class SgnsStep : public OpKernel {
- public:
-  explicit SgnsStep(OpKernelConstruction* c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("sg", &sg_));
-    OP_REQUIRES_OK(c, c->GetAttr("threads", &threads_));
-    OP_REQUIRES(c, threads_ >= 1, errors::InvalidArgument("threads >= 1"));
-  }
-
-  void Compute(OpKernelContext* c) override {
-    const Tensor& rows_t = c->input(0);
-    OpInputList ctxs, tgts;
-    OP_REQUIRES_OK(c, c->input_list("ctxs", &ctxs));
-    OP_REQUIRES_OK(c, c->input_list("tgts", &tgts));
-    const float alpha = c->input(c->num_inputs() - 1).scalar<float>()();
-    OP_REQUIRES(c, rows_t.dims() == 2 && rows_t.dim_size(0) >= 1, errors::InvalidArgument("rows: [T >= 1, d]"));
-    const int64_t T = rows_t.dim_size(0);
-    const int d = static_cast<int>(rows_t.dim_size(1));
-    const int none = static_cast<int>(T - 1);
-    const float* rows = rows_t.flat<float>().data();
-
-    // Every group checked, where its centres start in the step's list of all groups' centres, and the cost
-    // up to each centre of that list: skip-gram's context words each cost a dot product and two row adds per
-    // target, plus one; CBOW's centre costs the same per target, plus two row adds per context word.
-    const int groups = ctxs.size();
-    std::vector<int64_t> start(groups + 1, 0), cost(1, 0);
-    for (int g = 0; g < groups; ++g) {
-      const Tensor& ctx_t = ctxs[g];
-      const Tensor& tgt_t = tgts[g];
-      OP_REQUIRES(c, ctx_t.dims() == 2 && tgt_t.dims() == 2 && ctx_t.dim_size(0) == tgt_t.dim_size(0),
-                  errors::InvalidArgument("ctxs[g] [n, w] and tgts[g] [n, 1+K] must agree on n"));
-      const int32* ctx = ctx_t.flat<int32>().data();
-      const int32* tgt = tgt_t.flat<int32>().data();
-      const int64_t w = ctx_t.dim_size(1), k1 = tgt_t.dim_size(1);
-      for (int64_t i = 0; i < ctx_t.dim_size(0); ++i) {
-        int64_t m = 0;
-        for (int64_t j = i * w; j < (i + 1) * w; ++j) {
-          OP_REQUIRES(c, ctx[j] >= 0 && ctx[j] <= none, errors::InvalidArgument("context row out of range"));
-          m += ctx[j] != none;
-        }
-        cost.push_back(cost.back() + (sg_ ? m * (3 * k1 + 1) : m > 0 ? 3 * k1 + 2 * m : 0));
-      }
-      for (int64_t i = 0; i < tgt_t.NumElements(); ++i)
-        OP_REQUIRES(c, tgt[i] >= 0 && tgt[i] <= none, errors::InvalidArgument("target row out of range"));
-      start[g + 1] = start[g] + ctx_t.dim_size(0);
-    }
-
-    Tensor* up_t = nullptr;
-    OP_REQUIRES_OK(c, c->allocate_output(0, TensorShape({T - 1, d}), &up_t));
-    // Added into in place: no update ever goes to the "no context" row, which has no place here.
-    float* up = up_t->flat<float>().data();
-    const int64_t cells = (T - 1) * d;
-    // One chunk of consecutive centres per thread: chunk 0 adds into the output, chunk t > 0 into a buffer
-    // of its own; then each thread adds the buffers into its range of the output's rows, in chunk order.
-    // Chunk t starts at the first centre whose cost before it reaches t / chunks of the step's.
-    const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads_, start[groups])));
-    std::vector<int64_t> bound(chunks + 1, start[groups]);
-    for (int t = 0; t < chunks; ++t)
-      bound[t] = std::lower_bound(cost.begin(), cost.end(), cost.back() * t / chunks) - cost.begin();
-    // The buffers are the kernel's, kept from call to call: fresh ones would be fresh pages, each step paying
-    // their page faults (a rank calls the op from one thread; the lock keeps any other caller correct).
-    mutex_lock lock(mu_);
-    std::vector<std::vector<float>>& extra = scratch_;
-    extra.resize(chunks - 1);
-    std::vector<double> loss(chunks, 0.0), count(chunks, 0.0);
-#pragma omp parallel num_threads(chunks) if (chunks > 1)
-    {
-      const int t = chunks > 1 ? omp_get_thread_num() : 0;
-      float* mine = up;
-      if (t > 0) {
-        extra[t - 1].resize(cells);
-        std::fill(extra[t - 1].begin(), extra[t - 1].end(), 0.f);
-        mine = extra[t - 1].data();
-      } else {
-        std::fill(up, up + cells, 0.f);
-      }
-      const int64_t lo = bound[t], hi = bound[t + 1];
-      for (int g = 0; g < groups; ++g) {
-        const int64_t a = std::max(lo, start[g]) - start[g], b = std::min(hi, start[g + 1]) - start[g];
-        if (a < b)
-          centres(sg_, rows, d, none, alpha, ctxs[g].flat<int32>().data(), static_cast<int>(ctxs[g].dim_size(1)),
-                  tgts[g].flat<int32>().data(), static_cast<int>(tgts[g].dim_size(1)), a, b, mine, &loss[t],
-                  &count[t]);
-      }
-      if (chunks > 1) {
-#pragma omp barrier
-        const int64_t r0 = (T - 1) * t / chunks * d, r1 = (T - 1) * (t + 1) / chunks * d;
-        for (int b = 0; b < chunks - 1; ++b) {
-          const float* src = extra[b].data();
-#pragma omp simd
-          for (int64_t x = r0; x < r1; ++x) up[x] += src[x];
-        }
-      }
-    }
-    double total_loss = 0.0, total_count = 0.0;
-    for (int t = 0; t < chunks; ++t) total_loss += loss[t], total_count += count[t];
-    Tensor* loss_t = nullptr;
-    Tensor* count_t = nullptr;
-    OP_REQUIRES_OK(c, c->allocate_output(1, TensorShape({}), &loss_t));
-    OP_REQUIRES_OK(c, c->allocate_output(2, TensorShape({}), &count_t));
-    loss_t->scalar<float>()() = static_cast<float>(total_loss);
-    count_t->scalar<float>()() = static_cast<float>(total_count);
-  }
-
- private:
-  bool sg_;
-  int threads_;
-  mutex mu_;
-  std::vector<std::vector<float>> scratch_ TF_GUARDED_BY(mu_);
-};
+// The threads' buffers, the library's, kept from call to call: fresh ones would be fresh pages, each step
+// paying their page faults (a rank calls from one thread; the lock keeps any other caller correct).
+std::mutex scratch_lock;
+std::vector<std::vector<float>> scratch;
 
 }  // namespace
 
-REGISTER_KERNEL_BUILDER(Name("HvdW2vSgnsStep").Device(DEVICE_CPU), SgnsStep);
+extern "C" {
+
+// The step (the contract above): group g's blocks are ctxs[g] [centres[g], widths[g]] and tgts[g]
+// [centres[g], targets[g]]. Returns 0, or -1 with nothing written when a row index lies outside [0, T).
+int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, int64_t groups,
+                          const int32_t* const* ctxs, const int32_t* const* tgts, const int64_t* centres_of,
+                          const int64_t* widths, const int64_t* targets, float alpha, int64_t threads, float* up,
+                          double* sums) {
+  const int32_t none = static_cast<int32_t>(T - 1);
+  // Every group checked, where its centres start in the step's list of all groups' centres, and the cost
+  // up to each centre of that list: skip-gram's context words each cost a dot product and two row adds per
+  // target, plus one; CBOW's centre costs the same per target, plus two row adds per context word.
+  std::vector<int64_t> start(groups + 1, 0), cost(1, 0);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t w = widths[g], k1 = targets[g];
+    for (int64_t i = 0; i < centres_of[g]; ++i) {
+      int64_t m = 0;
+      for (int64_t j = i * w; j < (i + 1) * w; ++j) {
+        if (ctxs[g][j] < 0 || ctxs[g][j] > none) return -1;
+        m += ctxs[g][j] != none;
+      }
+      for (int64_t k = i * k1; k < (i + 1) * k1; ++k)
+        if (tgts[g][k] < 0 || tgts[g][k] > none) return -1;
+      cost.push_back(cost.back() + (sg ? m * (3 * k1 + 1) : m > 0 ? 3 * k1 + 2 * m : 0));
+    }
+    start[g + 1] = start[g] + centres_of[g];
+  }
+  const int64_t cells = (T - 1) * d;
+  // One chunk of consecutive centres per thread: chunk 0 adds into the output, chunk t > 0 into a buffer
+  // of its own; then each thread adds the buffers into its range of the output's rows, in chunk order.
+  // Chunk t starts at the first centre whose cost before it reaches t / chunks of the step's.
+  const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, start[groups])));
+  std::vector<int64_t> bound(chunks + 1, start[groups]);
+  for (int t = 0; t < chunks; ++t)
+    bound[t] = std::lower_bound(cost.begin(), cost.end(), cost.back() * t / chunks) - cost.begin();
+  std::lock_guard<std::mutex> hold(scratch_lock);
+  std::vector<std::vector<float>>& extra = scratch;
+  if (static_cast<int>(extra.size()) < chunks - 1) extra.resize(chunks - 1);
+  std::vector<double> loss(chunks, 0.0), count(chunks, 0.0);
+#pragma omp parallel num_threads(chunks) if (chunks > 1)
+  {
+    const int t = chunks > 1 ? omp_get_thread_num() : 0;
+    float* mine = up;
+    if (t > 0) {
+      extra[t - 1].resize(cells);
+      std::fill(extra[t - 1].begin(), extra[t - 1].end(), 0.f);
+      mine = extra[t - 1].data();
+    } else {
+      std::fill(up, up + cells, 0.f);
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t a = std::max(bound[t], start[g]) - start[g], b = std::min(bound[t + 1], start[g + 1]) - start[g];
+      if (a < b)
+        centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, mine, &loss[t],
+                &count[t]);
+    }
+    if (chunks > 1) {
+#pragma omp barrier
+      const int64_t r0 = (T - 1) * t / chunks * d, r1 = (T - 1) * (t + 1) / chunks * d;
+      for (int b = 0; b < chunks - 1; ++b) {
+        const float* src = extra[b].data();
+#pragma omp simd
+        for (int64_t x = r0; x < r1; ++x) up[x] += src[x];
+      }
+    }
+  }
+  sums[0] = sums[1] = 0.0;
+  for (int t = 0; t < chunks; ++t) sums[0] += loss[t], sums[1] += count[t];
+  return 0;
+}
+
+}  // extern "C"

@@ -102,7 +102,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     total_steps = steps * cfg.epochs
     log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} steps of "
               f"{cfg.batch_words:,} positions, hot rows {hot.n}; step maths: "
-              f"{'fused op' if step_fn.fused else 'TensorFlow graph'}, row copies: "
+              f"{'compiled' if step_fn.fused else 'TensorFlow graph'}, row copies: "
               f"{'compiled' if native.row_copies() else 'numpy'}")
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
@@ -236,11 +236,11 @@ class Ahead:
         return step
 
 
-# TensorFlow (with oneDNN) keeps state for every input shape it meets, so resident memory grows all through
-# a long run whose step shapes all differ. Rounded up to buckets, the shapes are few and the growth stops
-# (python -m hvd_w2v.bench.memory_probes shapes 3000; figures in hvd_w2v/bench/README.md, "Memory"). Each width
-# group's centres round up to CENTRE_BUCKET: a group holds a fifth of a rank's centres (window 5), so 64
-# would pad 2 ranks' groups by a fifth.
+# TensorFlow (with oneDNN; the graph's path) keeps state for every input shape it meets, so resident memory
+# grows all through a long run whose step shapes all differ. Rounded up to buckets, the shapes are few and the
+# growth stops (python -m hvd_w2v.bench.memory_probes shapes 3000; figures in hvd_w2v/bench/README.md,
+# "Memory"). Each width group's centres round up to CENTRE_BUCKET: a group holds a fifth of a rank's centres
+# (window 5), so 64 would pad 2 ranks' groups by a fifth.
 CENTRE_BUCKET = 32
 ROW_BUCKET = 512
 
@@ -266,7 +266,7 @@ class StepPlan:
     keys: np.ndarray  # int64[U]
     owned: np.ndarray  # int64[P]: how many of the cold keys (the first ``cold``) each rank owns
     cold: int
-    table: int  # rows of the table TensorFlow sees: U rounded up, at least U + 1
+    table: int  # rows of the table the step function sees: U rounded up, at least U + 1
     ctx: list  # int32[n_g, w_g] per group g: its centres' context rows
     tgt: list  # int32[n_g, 1+negative] per group g: the centre, then its noise words
     sgd: np.ndarray  # float32[U]
@@ -279,7 +279,7 @@ class StepPlan:
     @classmethod
     def of(cls, batch, plan, n_hot, sg, groups):
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
-        every centre in one block, its contexts where the examples hold them (what the fused op takes: it
+        every centre in one block, its contexts where the examples hold them (what the compiled step takes: it
         skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph). One
         thread: numbering per range of centres would need a serial join of the ranges' numbers."""
         lib = native.example_builder() if groups == 1 else None
@@ -302,7 +302,7 @@ class StepPlan:
             tagged, slot = np.unique((owner << OWNER_SHIFT) | keys, return_inverse=True)
             owned = np.bincount(tagged >> OWNER_SHIFT, minlength=plan.ranks + 1)
             keys = tagged & ((1 << OWNER_SHIFT) - 1)
-        # The TensorFlow call sees bucketed shapes: ``table`` rows (the unique rows, then zeros; the last one
+        # The step function sees bucketed shapes: ``table`` rows (the unique rows, then zeros; the last one
         # stands for "no context word") and each group's centres rounded up, the extra centres all pointing at
         # the last row, so they change no update and no loss (sgns.py).
         table = _round_up(len(keys) + 1, ROW_BUCKET)

@@ -91,7 +91,7 @@ def plan_view(step, plan, n_hot):
 @pytest.mark.parametrize("ranks, n_hot, sg", [(1, 0, True), (1, 0, False), (2, 0, True), (3, 40, True),
                                               (4, 0, False)])
 def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot, sg):
-    """The fused op's StepPlan (one block), from real examples (noise words equal to their centre included):
+    """The compiled step's StepPlan (one block), from real examples (noise words equal to their centre included):
     keys grouped by owner as numpy's (within an owner the order may differ: no sum depends on it), the same
     SGD count per key, and every example slot pointing at the same key."""
     from hvd_w2v.shard import RowPlan

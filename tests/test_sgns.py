@@ -1,4 +1,4 @@
-"""The step's maths, the fused op and the TensorFlow graph alike, against word2vec.c's loops written out in
+"""The step's maths, the compiled step and the TensorFlow graph alike, against word2vec.c's loops written out in
 numpy; one trace of the graph for every shape."""
 import numpy as np
 import pytest
@@ -17,8 +17,8 @@ def one_group(sg, fused):
 
 @pytest.fixture(params=[True, False], ids=["fused", "graph"])
 def fused(request):
-    if request.param and sgns.fused_op() is None:
-        pytest.skip(f"the fused op cannot be built here: {sgns._FUSED['error']}")
+    if request.param and not sgns.fused():
+        pytest.skip(f"the compiled step cannot be built here: {sgns.fused_error()}")
     return request.param
 
 
@@ -60,7 +60,7 @@ def reference(table, ctx, tgt, alpha, sg):
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
 def test_updates_equal_word2vec_loops(sg, fused):
-    """Each call's own learning rate (the fused op reads it from one tensor rewritten at every call)."""
+    """Each call's own learning rate."""
     table, ctx, tgt = example(0)
     for alpha in (0.025, 0.01):
         updates, loss, pairs = one_group(sg, fused)(table, ctx, tgt, np.float32(alpha))
@@ -70,12 +70,12 @@ def test_updates_equal_word2vec_loops(sg, fused):
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
-def test_the_fused_op_on_threads_sums_the_same_updates(sg):
-    """The op's centres cut over 2, 3 and 7 threads (7 > the 5 centres of a group: some threads get none):
+def test_the_compiled_step_on_threads_sums_the_same_updates(sg):
+    """The compiled step's centres cut over 2, 3 and 7 threads (7 > the 5 centres of a group: some threads get none):
     word2vec.c's updates as on one thread, up to the order of float32 sums; several groups, as the graph
     takes them, cut across by the chunks."""
-    if sgns.fused_op() is None:
-        pytest.skip(f"the fused op cannot be built here: {sgns._FUSED['error']}")
+    if not sgns.fused():
+        pytest.skip(f"the compiled step cannot be built here: {sgns.fused_error()}")
     table, ctx, tgt = example(6, n=11, rows=40)
     groups = ([ctx[:5], ctx[5:]], [tgt[:5], tgt[5:]])
     one, one_loss, one_count = sgns.step_function(sg, 1, True, 1)(table, *groups, np.float32(0.025))
@@ -84,6 +84,19 @@ def test_the_fused_op_on_threads_sums_the_same_updates(sg):
         got, loss, count = sgns.step_function(sg, 1, True, threads)(table, *groups, np.float32(0.025))
         np.testing.assert_allclose(got, one, atol=1e-6)
         assert float(count) == float(one_count) and float(loss) == pytest.approx(float(one_loss), rel=1e-6)
+
+
+def test_the_compiled_step_refuses_rows_outside_the_table():
+    """An index past the table would read and write outside its arrays: one clear error instead."""
+    if not sgns.fused():
+        pytest.skip(f"the compiled step cannot be built here: {sgns.fused_error()}")
+    table, ctx, tgt = example(7)
+    for block in (ctx, tgt):
+        bad = block.copy()
+        bad[-1, -1] = len(table)
+        with pytest.raises(IndexError, match="must lie in"):
+            one_group(True, True)(table, bad if block is ctx else ctx, bad if block is tgt else tgt,
+                                  np.float32(0.025))
 
 
 def test_one_trace_per_function_whatever_the_shapes():
@@ -100,7 +113,7 @@ def test_one_trace_per_function_whatever_the_shapes():
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
 def test_a_step_plan_equals_word2vec_loops(sg, fused, groups):
     """StepPlan.of packs each centre's contexts to the left and groups centres by width (window groups), or
-    leaves them in one block as they come (1 group, the fused op's): the updates, loss and count must be those
+    leaves them in one block as they come (1 group, the compiled step's): the updates, loss and count must be those
     of the plain [centres, 2 window] block."""
     rng = np.random.default_rng(5)
     n, window, negative, vocab, d = 300, 5, 5, 60, 8

@@ -10,8 +10,8 @@ perf_counter and the median over the steps (the first 20 left out) printed side 
 - *examples*: batches.build (the compiled builder: its threads subsample and build ranges of positions);
 - *table*: training.StepPlan.of, the step's unique keys numbered (one thread);
 - *gather*: the step's rows copied out of the model (native.take_rows, rows split over the threads);
-- *maths*: the fused op (its centres cut over the threads, then their updates summed row range by row
-  range) with its TensorFlow call;
+- *maths*: the compiled step (its centres cut over the threads, then their updates summed row range by
+  row range) with its call;
 - *add*: the owners' capped add (native.add_sources, rows split over the threads).
 
 A phase's ratio against 1 thread shows what its threads gain; the phases left on one thread, and the
