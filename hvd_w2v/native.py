@@ -8,11 +8,11 @@ TensorFlow's graph or numpy, which compute the same values more slowly; ``HVD_W2
 
 A library's file name is a hash of its source, its compiler flags and this CPU's features
 (``-march=native``), so a changed source or another machine sharing the cache folder builds its own. Ranks
-that start together build it once: the first takes a
-lock on the cache folder, the others wait for it and use its result. Where the lock does not reach across
-hosts (NFS without a lock manager), hosts may build at once: each builds into a temporary file of its own
-(created exclusively, so no two hosts share one, even where their processes have the same PID) and renames
-it into place, so the library found is always one whole build.
+that start together build it once: the first takes a lock on the cache folder, the others wait for it and
+use its result. Where the lock does not reach across hosts (NFS without a lock manager), hosts may build at
+once: each builds into a temporary file of its own (created exclusively, so no two hosts share one, even
+where their processes have the same PID) and renames it into place, so the library found is always one
+whole build.
 """
 import ctypes
 import fcntl
