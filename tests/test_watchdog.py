@@ -182,12 +182,15 @@ def test_sigstop_mid_training_ends_the_job_and_the_newest_checkpoint_resumes(cor
     print(f"SIGSTOP of rank 1 mid-training, --stall-timeout {LIMIT}: ended {ended:.1f} s later, exit {code}\n{line}")
     assert code == watchdog.EXIT_STALLED, output[-3000:]
     assert LIMIT - 1 < ended < WITHIN, f"{ended:.1f} s"
+    # Checkpoints come every 0.12 s here, so the stop may land in one: either phase of the loop is named.
     assert re.match(rf"hvd-w2v: error: stalled: rank 1 \(host {re.escape(HOST)}; last seen \d+ s ago at step "
-                    rf"[\d,]+ in phase train: stopped, or its host is stuck or unreachable\) has not finished "
-                    rf"step [\d,]+ for \d+ s; ending the job with exit code 76$", line), line
+                    rf"[\d,]+ in phase (train|checkpoint): stopped, or its host is stuck or unreachable\) has not "
+                    rf"finished (the checkpoint of )?step [\d,]+ for \d+ s; ending the job with exit code 76$",
+                    line), line
     record = json.loads((out / "run.json").read_text())
     stall = record["stall"]
-    assert record["state"] == "stalled" and stall["exit_code"] == 76 and stall["phase"] == "train", record
+    assert record["state"] == "stalled" and stall["exit_code"] == 76, record
+    assert stall["phase"] in ("train", "checkpoint"), record
     assert [(r["rank"], r["host"], r["kind"]) for r in stall["ranks"]] == [(1, HOST, "silent")], stall
     assert os.path.isdir(record["checkpoint"]), record
     assert not (out / "vectors.bin").exists()
