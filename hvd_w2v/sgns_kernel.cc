@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <numeric>
 #include <vector>
 
 namespace {
@@ -167,6 +168,7 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
   // up to each centre of that list: skip-gram's context words each cost a dot product and two row adds per
   // target, plus one; CBOW's centre costs the same per target, plus two row adds per context word.
   std::vector<int64_t> start(groups + 1, 0), cost(1, 0);
+  cost.reserve(1 + std::accumulate(centres_of, centres_of + groups, int64_t{0}));  // one allocation a step
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t w = widths[g], k1 = targets[g];
     for (int64_t i = 0; i < centres_of[g]; ++i) {
