@@ -117,8 +117,9 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
 
     A rank builds the examples of at most ``ceil(batch_words / P)`` centres (every position kept); each has
     ``2 * window`` context slots and ``1 + negative`` output slots. The step's unique rows U are at most the
-    slots and at most 2V (a W_in and a W_out row per word). Each thread of the compiled step but the first adds
-    into a [U, dim] float32 buffer of its own (sgns_kernel.cc), kept from step to step.
+    slots and at most 2V (a W_in and a W_out row per word). Each thread of the compiled step but the first keeps
+    a float32 buffer of its own from step to step (sgns_kernel.cc), for the rows several threads add into:
+    counted as [U, dim], though those rows are a part of U.
     """
     centres = math.ceil(cfg.batch_words / ranks)
     slots = centres * (2 * cfg.window + 1 + cfg.negative)

@@ -14,10 +14,15 @@
 // computed from the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
 //
 // Threads (the rank's budget): the centres are cut into one run of consecutive centres per thread, of about
-// equal work (row operations, counted from each centre's context words), run at once (OpenMP). Chunk 0 adds
-// into the output, chunk t > 0 into a buffer of its own; then each thread adds the buffers, in chunk order,
-// into its range of the output's rows. So the result depends on the thread count alone (the order of float32
-// sums), never on scheduling, and on one thread it is the one-loop arithmetic exactly, byte for byte.
+// equal work (row operations, counted from each centre's context words), run at once (OpenMP). A row that
+// one chunk alone adds into gets its updates straight in the output; a row that several chunks add into (a
+// frequent word's, most often) gets chunk 0's in the output and chunk t > 0's in a buffer of chunk t, and
+// after the chunks meet, each thread adds the buffers, in chunk order, into its range of those rows. So every
+// row sums its updates chunk by chunk in chunk order: the result depends on the thread count alone (the order
+// of float32 sums), never on scheduling, and on one thread it is the one-loop arithmetic exactly, byte for
+// byte. (Buffers of every row would cost each extra thread a zeroing and a summing pass over all [T - 1, d]
+// floats; the rows that need them are a fraction of the step's. The bench README, "Threads inside a rank",
+// has the maths before and after.)
 //
 // Built by hvd_w2v/native.py (g++ -fopenmp) into a cache folder.
 #include <omp.h>
@@ -84,15 +89,25 @@ inline void prefetch_row(const float* row, int d, int write) {
   for (int b = 0; b < d; b += 16) __builtin_prefetch(row + b, write);
 }
 
+// Where a chunk of centres adds its updates: row r's at ``out + r * d``, or where ``dest[r]`` points (a chunk
+// t > 0's: into its buffer for the rows several chunks add into). A table of pointers, not a test of each row:
+// which rows are shared follows no pattern, and a test would be mispredicted on a large share of the adds.
+struct Out {
+  float* out;
+  int64_t d;
+  float* const* dest = nullptr;
+  float* row(int32_t r) const { return dest ? dest[r] : out + r * d; }
+};
+
 // The rows a centre reads and adds into, asked for while the centre before it computes: its rows are scattered
 // over the step's table, and without this each waits on the memory in turn (CBOW's centres, with less maths
 // between their reads, gain the most).
-inline void prefetch_centre(const float* rows, float* up, int d, int none, const int32_t* cs, int w, const int32_t* ts,
+inline void prefetch_centre(const float* rows, const Out& up, int d, int none, const int32_t* cs, int w, const int32_t* ts,
                             int k1) {
   auto both = [&](int32_t r) {
     if (r == none) return;
     prefetch_row(rows + static_cast<int64_t>(r) * d, d, 0);
-    prefetch_row(up + static_cast<int64_t>(r) * d, d, 1);
+    prefetch_row(up.row(r), d, 1);
   };
   for (int k = 0; k < k1; ++k) both(ts[k]);
   for (int j = 0; j < w; ++j) both(cs[j]);
@@ -101,7 +116,7 @@ inline void prefetch_centre(const float* rows, float* up, int d, int none, const
 // Centres [lo, hi) of one group (ctx [n, w], tgt [n, k1]): their updates added into ``up``, their loss and
 // count into ``*loss`` and ``*count``. word2vec.c's loops (skip-gram) and its CBOW's, on the snapshot ``rows``.
 void centres(bool sg, const float* rows, int d, int none, float alpha, const int32_t* ctx, int w, const int32_t* tgt,
-             int k1, int64_t lo, int64_t hi, float* up, double* loss, double* count) {
+             int k1, int64_t lo, int64_t hi, const Out& up, double* loss, double* count) {
   std::vector<float> work(d), hidden(d), grad(k1);
   for (int64_t i = lo; i < hi; ++i) {
     const int32_t* cs = ctx + i * w;
@@ -117,9 +132,9 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
           if (skipped(ts, k, none)) continue;
           const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
           axpy(grad[k], l2, work.data(), d);                          // word2vec.c's neu1e
-          axpy(grad[k], l1, up + static_cast<int64_t>(ts[k]) * d, d);
+          axpy(grad[k], l1, up.row(ts[k]), d);
         }
-        axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+        axpy(1.f, work.data(), up.row(cs[j]), d);
         *count += 1;
       }
     } else {
@@ -138,20 +153,25 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
         if (skipped(ts, k, none)) continue;
         const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
         axpy(grad[k], l2, work.data(), d);
-        axpy(grad[k], hidden.data(), up + static_cast<int64_t>(ts[k]) * d, d);
+        axpy(grad[k], hidden.data(), up.row(ts[k]), d);
       }
       // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
       for (int j = 0; j < w; ++j)
-        if (cs[j] != none) axpy(1.f, work.data(), up + static_cast<int64_t>(cs[j]) * d, d);
+        if (cs[j] != none) axpy(1.f, work.data(), up.row(cs[j]), d);
       *count += 1;
     }
   }
 }
 
-// The threads' buffers, the library's, kept from call to call: fresh ones would be fresh pages, each step
+// Each chunk's scratch, the library's, kept from call to call: fresh buffers would be fresh pages, each step
 // paying their page faults (a rank calls from one thread; the lock keeps any other caller correct).
+struct Chunk {
+  std::vector<uint8_t> seen;  // [T]: 1 where this chunk's centres name the row
+  std::vector<float*> dest;   // [T]: where this chunk (t > 0) adds row r's updates (Out)
+  std::vector<float> buffer;  // [shared rows, d]: this chunk's (t > 0) updates of the rows several chunks add into
+};
 std::mutex scratch_lock;
-std::vector<std::vector<float>> scratch;
+std::vector<Chunk> scratch;
 
 }  // namespace
 
@@ -191,34 +211,71 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
   std::vector<int64_t> bound(chunks + 1, start[groups]);
   for (int t = 0; t < chunks; ++t)
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost.back() * t / chunks) - cost.begin();
-  std::lock_guard<std::mutex> hold(scratch_lock);
-  std::vector<std::vector<float>>& extra = scratch;
-  if (static_cast<int>(extra.size()) < chunks - 1) extra.resize(chunks - 1);
   std::vector<double> loss(chunks, 0.0), count(chunks, 0.0);
-#pragma omp parallel num_threads(chunks) if (chunks > 1)
-  {
-    const int t = chunks > 1 ? omp_get_thread_num() : 0;
-    float* mine = up;
-    if (t > 0) {
-      extra[t - 1].resize(cells);
-      std::fill(extra[t - 1].begin(), extra[t - 1].end(), 0.f);
-      mine = extra[t - 1].data();
-    } else {
-      std::fill(up, up + cells, 0.f);
-    }
+  // Chunk t's centres, in group order, their updates added as ``out`` says.
+  auto run = [&](int t, auto&& each) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t a = std::max(bound[t], start[g]) - start[g], b = std::min(bound[t + 1], start[g + 1]) - start[g];
-      if (a < b)
-        centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, mine, &loss[t],
-                &count[t]);
+      if (a < b) each(g, a, b);
     }
-    if (chunks > 1) {
+  };
+  if (chunks == 1) {
+    std::fill(up, up + cells, 0.f);
+    run(0, [&](int64_t g, int64_t a, int64_t b) {
+      centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, Out{up, d}, &loss[0],
+              &count[0]);
+    });
+  } else {
+    std::lock_guard<std::mutex> hold(scratch_lock);
+    if (static_cast<int>(scratch.size()) < chunks) scratch.resize(chunks);
+#pragma omp parallel num_threads(chunks)
+    {
+      const int t = omp_get_thread_num();
+      Chunk& mine = scratch[t];
+      const int64_t r0 = (T - 1) * t / chunks, r1 = (T - 1) * (t + 1) / chunks;  // this thread's output rows
+      mine.seen.assign(T, 0);
+      run(t, [&](int64_t g, int64_t a, int64_t b) {
+        for (int64_t j = a * widths[g]; j < b * widths[g]; ++j) mine.seen[ctxs[g][j]] = 1;
+        for (int64_t j = a * targets[g]; j < b * targets[g]; ++j) mine.seen[tgts[g][j]] = 1;
+      });
+      std::fill(up + r0 * d, up + r1 * d, 0.f);
 #pragma omp barrier
-      const int64_t r0 = (T - 1) * t / chunks * d, r1 = (T - 1) * (t + 1) / chunks * d;
-      for (int b = 0; b < chunks - 1; ++b) {
-        const float* src = extra[b].data();
+      // Chunk t > 0 gives the rows that several chunks name places in its buffer, in row order.
+      Out out{up, d};
+      if (t > 0) {
+        auto shared = [&](int64_t r) {
+          int named = 0;
+          for (int c = 0; c < chunks; ++c) named += scratch[c].seen[r];
+          return named > 1 && r < T - 1;
+        };
+        int64_t rows_shared = 0;
+        for (int64_t r = 0; r < T; ++r) rows_shared += shared(r);
+        if (static_cast<int64_t>(mine.buffer.size()) < rows_shared * d) mine.buffer.resize(rows_shared * d);
+        mine.dest.resize(T);
+        float* next = mine.buffer.data();
+        for (int64_t r = 0; r < T; ++r) {
+          if (shared(r)) {
+            mine.dest[r] = next;
+            next += d;
+          } else {
+            mine.dest[r] = up + r * d;
+          }
+        }
+        std::fill(mine.buffer.data(), next, 0.f);
+        out.dest = mine.dest.data();
+      }
+      run(t, [&](int64_t g, int64_t a, int64_t b) {
+        centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, out, &loss[t], &count[t]);
+      });
+#pragma omp barrier
+      for (int64_t r = r0; r < r1; ++r) {
+        float* o = up + r * d;
+        if (scratch[1].dest[r] == o) continue;  // one chunk's row (every chunk t > 0 has the same shared rows)
+        for (int c = 1; c < chunks; ++c) {
+          const float* src = scratch[c].dest[r];
 #pragma omp simd
-        for (int64_t x = r0; x < r1; ++x) up[x] += src[x];
+          for (int64_t x = 0; x < d; ++x) o[x] += src[x];
+        }
       }
     }
   }

@@ -73,14 +73,17 @@ def test_updates_equal_word2vec_loops(sg, fused):
 def test_the_compiled_step_on_threads_sums_the_same_updates(sg):
     """The compiled step's centres cut over 2, 3 and 7 threads (7 > the 5 centres of a group: some threads get none):
     word2vec.c's updates as on one thread, up to the order of float32 sums; several groups, as the graph
-    takes them, cut across by the chunks."""
+    takes them, cut across by the chunks. Each threaded call follows one on a larger step, so that the
+    threads' buffers, kept from call to call, hold another step's values."""
     if not sgns.fused():
         pytest.skip(f"the compiled step cannot be built here: {sgns.fused_error()}")
     table, ctx, tgt = example(6, n=11, rows=40)
     groups = ([ctx[:5], ctx[5:]], [tgt[:5], tgt[5:]])
     one, one_loss, one_count = sgns.step_function(sg, 1, True, 1)(table, *groups, np.float32(0.025))
     np.testing.assert_allclose(one, reference(table, ctx, tgt, 0.025, sg), atol=1e-6)
+    larger = example(8, n=30, rows=90)
     for threads in (2, 3, 7):
+        sgns.step_function(sg, 1, True, threads)(larger[0], [larger[1]], [larger[2]], np.float32(0.025))
         got, loss, count = sgns.step_function(sg, 1, True, threads)(table, *groups, np.float32(0.025))
         np.testing.assert_allclose(got, one, atol=1e-6)
         assert float(count) == float(one_count) and float(loss) == pytest.approx(float(one_loss), rel=1e-6)
