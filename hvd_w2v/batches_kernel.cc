@@ -94,8 +94,8 @@ class KeyNumbers {
   int64_t hashed_ = 0;
 };
 
-// Below this many positions (or centres) a call stays on one thread: waking the team would cost more.
-constexpr int64_t MIN_PARALLEL_POSITIONS = 512;
+// Below this many positions, or centres, a call stays on one thread: waking the team would cost more.
+constexpr int64_t MIN_PARALLEL_POSITIONS = 512, MIN_PARALLEL_CENTRES = 256;
 
 // One thread's range of positions, subsampled: its kept occurrences (position, id, and sentence ends seen in
 // the range up to and including it), the sentence ends in the whole range, and (set when the ranges are
@@ -161,6 +161,103 @@ struct Examples {
     }
   }
 };
+
+// The sights of centres [lo, hi) numbered by ``number``, first sight first: each sight's number into
+// sight[i * (width + 1 + negative) + slot] (-1: no context word), the SGD updates each number sums into
+// ``weight`` and each number's owner into ``owner`` (computed once per key, not per sight). A function of
+// its own, outside the parallel region, so that the compiler keeps its arguments in registers.
+__attribute__((noinline)) void number_sights(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
+                   int64_t hi, int64_t width, int64_t negative, int64_t sg, int64_t ranks, int64_t n_hot,
+                   KeyNumbers& number, int32_t* sight, std::vector<double>& weight, std::vector<int64_t>& owner) {
+  const int64_t targets = 1 + negative, slots = width + targets;
+  weight.assign((hi - lo) * slots, 0.0);
+  for (int64_t i = lo; i < hi; ++i) {
+    int32_t* at = sight + i * slots;
+    int64_t have = 0;
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t id = contexts[i * width + j];
+      if (id < 0) {
+        at[j] = -1;
+        continue;
+      }
+      ++have;
+      weight[at[j] = static_cast<int32_t>(number(2 * id))] += 1;  // one update of the context's W_in row
+    }
+    // An output row gets one update per (context, target) pair in skip-gram, one per example in CBOW; a
+    // noise word equal to the centre is skipped, as word2vec.c does.
+    const double per = sg ? have : 1;
+    for (int64_t k = 0; k < targets; ++k) {
+      const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
+      const bool skipped = k && id == centres[i];
+      weight[at[width + k] = static_cast<int32_t>(number(2 * id + 1))] += skipped ? 0 : per;
+    }
+  }
+  owner.resize(number.keys.size());
+  if (ranks == 1 && n_hot == 0) {  // one owner of every key: no division per key
+    std::fill(owner.begin(), owner.end(), 0);
+    return;
+  }
+  for (size_t k = 0; k < number.keys.size(); ++k) {
+    const int64_t id = number.keys[k] >> 1;
+    owner[k] = id < n_hot ? ranks : id % ranks;
+  }
+}
+
+// The slots of centres [lo, hi): each sight's number (``sight``, as number_sights wrote it) through
+// ``slot_of`` into ctx[i, width] and tgt[i, targets], ``none`` for no context word.
+__attribute__((noinline)) void write_slots(const int32_t* sight, const int32_t* slot_of, int32_t none, int64_t lo, int64_t hi, int64_t width,
+                 int64_t targets, int32_t* ctx, int32_t* tgt) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const int32_t* at = sight + i * (width + targets);
+    for (int64_t j = 0; j < width; ++j) ctx[i * width + j] = at[j] < 0 ? none : slot_of[at[j]];
+    for (int64_t k = 0; k < targets; ++k) tgt[i * targets + k] = slot_of[at[width + k]];
+  }
+}
+
+// The step's table from its ranges' numbers (number_sights): range 0's numbers (``number``, its KeyNumbers)
+// are the step's, and every later range's keys join them, range by range, in their order: the first-sight
+// order of the whole step. Writes the unique keys grouped by owner (a counting sort) into keys, each owner's
+// count into owned[ranks + 1], each key's SGD-update count into sgd, and each range's number -> slot in keys
+// into slot_of; returns the unique keys' count. (The counts are whole numbers, in doubles, so summing them
+// range by range changes no value.)
+int64_t join_ranges(KeyNumbers& number, const std::vector<const std::vector<int64_t>*>& range_keys,
+                    std::vector<std::vector<double>>& range_weight, std::vector<std::vector<int64_t>>& range_owner,
+                    int64_t ranks, int64_t* keys, int64_t* owned, float* sgd, std::vector<std::vector<int32_t>>& slot_of) {
+  const int team = static_cast<int>(range_keys.size());
+  std::vector<double>& weight = range_weight[0];  // range 0's, grown into the step's (zeros past its keys)
+  std::vector<int64_t>& owner = range_owner[0];
+  std::vector<std::vector<int64_t>> joined(team);  // a later range's number -> the step's number
+  for (int r = 1; r < team; ++r) {
+    const std::vector<int64_t>& theirs = *range_keys[r];
+    joined[r].resize(theirs.size());
+    for (size_t k = 0; k < theirs.size(); ++k) {
+      const int64_t g = number(theirs[k]);
+      if (g == static_cast<int64_t>(owner.size())) {
+        owner.push_back(range_owner[r][k]);
+        if (g >= static_cast<int64_t>(weight.size())) weight.resize(g + 1, 0.0);
+      }
+      weight[g] += range_weight[r][k];
+      joined[r][k] = g;
+    }
+  }
+  const int64_t unique = number.keys.size();
+  std::fill(owned, owned + ranks + 1, 0);
+  for (int64_t k = 0; k < unique; ++k) ++owned[owner[k]];
+  std::vector<int64_t> next(ranks + 1, 0);
+  for (int64_t r = 1; r <= ranks; ++r) next[r] = next[r - 1] + owned[r - 1];
+  slot_of[0].resize(unique);
+  for (int64_t k = 0; k < unique; ++k) {
+    const int64_t s = next[owner[k]]++;
+    slot_of[0][k] = static_cast<int32_t>(s);
+    keys[s] = number.keys[k];
+    sgd[s] = static_cast<float>(weight[k]);
+  }
+  for (int r = 1; r < team; ++r) {
+    slot_of[r].resize(joined[r].size());
+    for (size_t k = 0; k < joined[r].size(); ++k) slot_of[r][k] = slot_of[0][joined[r][k]];
+  }
+  return unique;
+}
 
 }  // namespace
 
@@ -229,56 +326,45 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
 // slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row: U + 1 rounded up to
 // row_bucket, less one) where there is no context word and in the rows past n. Returns U; keys and sgd need
 // room for every occurrence. (numpy sorts the keys within an owner too; no sum depends on that order.)
+// On ``threads`` threads: each numbers the keys of a range of the centres by first sight within it; thread 0
+// then numbers every later range's keys, range by range in their order, after its own, which is the first
+// sight order of the whole step; then each writes the slots of its range. So the table is the same, byte for
+// byte, on any thread count. (Numbering is the cost: the join looks up each range's unique keys once, about
+// a quarter of its sights.)
 int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t n,
                           int64_t width, int64_t negative, int64_t ranks, int64_t n_hot, int64_t sg,
                           int64_t row_bucket, int64_t n_pad, int64_t* keys, int64_t* owned, int32_t* ctx,
-                          int32_t* tgt, float* sgd) {
-  const int64_t targets = 1 + negative;
-  KeyNumbers number(n / 4);  // keys past the dense ones: a few of the about 4 unique keys per centre
-  std::vector<int64_t> ctx_number(n * width, -1), tgt_number(n * targets);
-  std::vector<double> weight(n * (width + targets), 0.0);  // SGD updates per number
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t have = 0;
-    for (int64_t j = 0; j < width; ++j) {
-      const int64_t id = contexts[i * width + j];
-      if (id < 0) continue;
-      ++have;
-      weight[ctx_number[i * width + j] = number(2 * id)] += 1;  // one update of the context's W_in row
+                          int32_t* tgt, float* sgd, int64_t threads) {
+  const int64_t targets = 1 + negative, slots = width + targets;
+  const int team = n >= MIN_PARALLEL_CENTRES ? static_cast<int>(std::max<int64_t>(threads, 1)) : 1;
+  // Each sight's number within its range (-1: no context word), the context slots of a centre then its targets.
+  std::vector<int32_t> sight(n * slots);
+  std::vector<const std::vector<int64_t>*> range_keys(team);  // each range's keys, by its numbers
+  std::vector<std::vector<double>> range_weight(team);        // SGD updates per number of each range
+  std::vector<std::vector<int64_t>> range_owner(team);        // the owner of each range's keys, by number
+  std::vector<std::vector<int32_t>> slot_of(team);            // a range's number -> the key's slot in keys
+  int64_t unique = 0;
+  int32_t none = 0;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    const int t = team > 1 ? omp_get_thread_num() : 0;
+    const int64_t lo = n * t / team, hi = n * (t + 1) / team;
+    KeyNumbers number((hi - lo) / 4);  // keys past the dense ones: a few of the about 4 unique keys per centre
+    number_sights(centres, contexts, negatives, lo, hi, width, negative, sg, ranks, n_hot, number,
+                  sight.data(), range_weight[t], range_owner[t]);
+    range_keys[t] = &number.keys;
+#pragma omp barrier
+#pragma omp master
+    {
+      unique = join_ranges(number, range_keys, range_weight, range_owner, ranks, keys, owned, sgd, slot_of);
+      none = static_cast<int32_t>((unique + 1 + row_bucket - 1) / row_bucket * row_bucket - 1);
     }
-    // An output row gets one update per (context, target) pair in skip-gram, one per example in CBOW; a
-    // noise word equal to the centre is skipped, as word2vec.c does.
-    const double per = sg ? have : 1;
-    for (int64_t k = 0; k < targets; ++k) {
-      const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
-      const bool skipped = k && id == centres[i];
-      weight[tgt_number[i * targets + k] = number(2 * id + 1)] += skipped ? 0 : per;
+#pragma omp barrier
+    write_slots(sight.data(), slot_of[t].data(), none, lo, hi, width, targets, ctx, tgt);
+    if (t == team - 1) {  // the padding centres, past n
+      std::fill(ctx + n * width, ctx + n_pad * width, none);
+      std::fill(tgt + n * targets, tgt + n_pad * targets, none);
     }
-  }
-  // Group by owner, a counting sort of the unique keys (the owner is computed once per key, not per sight).
-  const int64_t unique = number.keys.size();
-  std::vector<int64_t> owner(unique);
-  std::fill(owned, owned + ranks + 1, 0);
-  for (int64_t k = 0; k < unique; ++k) {
-    const int64_t id = number.keys[k] >> 1;
-    ++owned[owner[k] = id < n_hot ? ranks : id % ranks];
-  }
-  std::vector<int64_t> next(ranks + 1, 0);
-  for (int64_t r = 1; r <= ranks; ++r) next[r] = next[r - 1] + owned[r - 1];
-  std::vector<int32_t> slot_of(unique);
-  for (int64_t k = 0; k < unique; ++k) {
-    const int64_t s = next[owner[k]]++;
-    slot_of[k] = static_cast<int32_t>(s);
-    keys[s] = number.keys[k];
-    sgd[s] = static_cast<float>(weight[k]);
-  }
-  const int32_t none = static_cast<int32_t>((unique + 1 + row_bucket - 1) / row_bucket * row_bucket - 1);
-  for (int64_t i = 0; i < n_pad; ++i) {
-    for (int64_t j = 0; j < width; ++j) {
-      const int64_t k = i < n ? ctx_number[i * width + j] : -1;
-      ctx[i * width + j] = k < 0 ? none : slot_of[k];
-    }
-    for (int64_t k = 0; k < targets; ++k)
-      tgt[i * targets + k] = i < n ? slot_of[tgt_number[i * targets + k]] : none;
   }
   return unique;
 }

@@ -236,7 +236,7 @@ def example_builder():
     float operations round as numpy's do."""
     return _library("batches_kernel", {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64,
                                                          I64, P, P, P, I64, P, P, P, I64, P, P, P, I64],
-                                       "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5},
+                                       "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5 + [I64]},
                     "the compiled example builder", I64, ["-ffp-contract=off"])
 
 
@@ -266,10 +266,11 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
     return centres[:n], contexts[:n], negatives[:n]
 
 
-def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad):
-    """training.StepPlan.of's table for one block (the compiled step's). Returns keys int64[U] grouped by owner, hot
-    last; owned int64[ranks + 1]; ctx int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples'
-    slots ("none" where empty); sgd float32[U]."""
+def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1):
+    """training.StepPlan.of's table for one block (the compiled step's), built on ``threads`` threads (the same
+    table on any count). Returns keys int64[U] grouped by owner, hot last; owned int64[ranks + 1]; ctx
+    int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples' slots ("none" where empty); sgd
+    float32[U]."""
     centres, contexts, negatives = (np.ascontiguousarray(a, np.int64) for a in (centres, contexts, negatives))
     n, width = contexts.shape
     negative = negatives.shape[1]
@@ -283,5 +284,5 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
     tgt = np.empty((n_pad, 1 + negative), np.int32)
     unique = lib.hvd_w2v_step_plan(centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data, n, width,
                                    negative, ranks, n_hot, int(sg), row_bucket, n_pad, keys.ctypes.data,
-                                   owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data)
+                                   owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data, threads)
     return keys[:unique], owned, ctx, tgt, sgd[:unique]

@@ -170,11 +170,12 @@ def share(cfg, n, done, rank, ranks):
 
 def prepare_step(stream, vocab, cfg, plan, n_hot, groups, done, rank, threads=1):
     """Rank ``rank``'s StepPlan of global step ``done`` under ``plan`` (a RowPlan: its rank count), the ids
-    below ``n_hot`` hot, for a step function of ``groups`` width groups, its examples built on ``threads``
-    threads. A function of corpus positions alone: what every rank builds ahead in :func:`train`, and what
-    the dry-run planner (hvd_w2v.plan) builds for every rank of a rank count in one process."""
+    below ``n_hot`` hot, for a step function of ``groups`` width groups, its examples and table built on
+    ``threads`` threads. A function of corpus positions alone: what every rank builds ahead in :func:`train`,
+    and what the dry-run planner (hvd_w2v.plan) builds for every rank of a rank count in one process."""
     epoch, lo, hi = share(cfg, len(stream), done, rank, plan.ranks)
-    return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi, threads), plan, n_hot, cfg.sg, groups)
+    return StepPlan.of(batches.build(stream, vocab, cfg, epoch, lo, hi, threads), plan, n_hot, cfg.sg, groups,
+                       threads)
 
 
 class Reports:
@@ -277,16 +278,16 @@ class StepPlan:
         return Ask(self.keys[:self.cold], self.owned, self.sgd[:self.cold])
 
     @classmethod
-    def of(cls, batch, plan, n_hot, sg, groups):
+    def of(cls, batch, plan, n_hot, sg, groups, threads=1):
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
         every centre in one block, its contexts where the examples hold them (what the compiled step takes: it
-        skips empty slots itself); ``window`` left-packs them and groups centres by width (the graph). One
-        thread: numbering per range of centres would need a serial join of the ranges' numbers."""
+        skips empty slots itself), numbered on ``threads`` threads (the same plan on any count); ``window``
+        left-packs them and groups centres by width (the graph; numpy, one thread)."""
         lib = native.example_builder() if groups == 1 else None
         if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
             keys, owned, ctx, tgt, sgd = native.step_plan(
                 lib, batch.centres, batch.contexts, batch.negatives, plan.ranks, n_hot, sg, ROW_BUCKET,
-                _round_up(len(batch), CENTRE_BUCKET))
+                _round_up(len(batch), CENTRE_BUCKET), threads)
             table = _round_up(len(keys) + 1, ROW_BUCKET)
             return cls(keys, owned[:-1], len(keys) - owned[-1], table, [ctx], [tgt], sgd)
         valid = batch.contexts >= 0

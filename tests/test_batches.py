@@ -150,3 +150,34 @@ def test_the_compiled_step_plan_numbers_rare_words_as_numpy(builder, monkeypatch
         assert got[:3] == want[:3] and max(got[0]) >> 1 > 2 * 65536
         for a, b in zip(got[3] + got[4], want[3] + want[4]):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+@pytest.mark.parametrize("ranks, n_hot", [(1, 0), (3, 40)])
+def test_the_compiled_step_plan_on_threads_is_the_same(builder, ranks, n_hot, threads):
+    """The step's table numbered on several threads (ranges of centres, joined in order): the same arrays,
+    element for element, as on one thread, keys in the same order; with ids past the dense numbers (the hash
+    table) and frequent ones, over several calls (each thread's dense numbers left zeros between them)."""
+    from hvd_w2v.batches import Batch
+    from hvd_w2v.shard import RowPlan
+    from hvd_w2v.training import StepPlan
+
+    rng = np.random.default_rng(9)
+    vocab = 400_000
+    draw = lambda shape: np.where(rng.random(shape) < 0.7, rng.integers(0, 300, shape),  # noqa: E731
+                                  rng.integers(0, vocab, shape))
+    plan = RowPlan(vocab, ranks)
+    for n in (1500, 700, 2000):
+        contexts = draw((n, 10))
+        contexts[rng.random(contexts.shape) < 0.3] = -1
+        contexts[:, 0] = draw(n)
+        negatives = draw((n, 5))
+        centres = draw(n)
+        negatives[::7, 0] = centres[::7]  # noise words equal to their centre
+        for sg in (True, False):
+            batch = Batch(centres, contexts, negatives)
+            one, many = (StepPlan.of(batch, plan, n_hot, sg, 1, t) for t in (1, threads))
+            assert (one.cold, one.table) == (many.cold, many.table)
+            for field in ("keys", "owned", "sgd"):
+                assert np.array_equal(getattr(one, field), getattr(many, field)), field
+            assert np.array_equal(one.ctx[0], many.ctx[0]) and np.array_equal(one.tgt[0], many.tgt[0])

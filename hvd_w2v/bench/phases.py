@@ -8,7 +8,8 @@ count, ``--steps`` consecutive steps of ``--batch-words`` positions, each phase 
 perf_counter and the median over the steps (the first 20 left out) printed side by side:
 
 - *examples*: batches.build (the compiled builder: its threads subsample and build ranges of positions);
-- *table*: training.StepPlan.of, the step's unique keys numbered (one thread);
+- *table*: training.StepPlan.of, the step's unique keys numbered (ranges of centres over the threads, joined
+  on one);
 - *gather*: the step's rows copied out of the model (native.take_rows, rows split over the threads);
 - *maths*: the compiled step (its centres cut over the threads, then their updates summed row range by
   row range) with its call;
@@ -53,7 +54,7 @@ def measure(corpus, sg, threads, steps, batch_words):
         t0 = time.perf_counter()
         batch = batches.build(stream, voc, cfg, epoch, lo, hi, threads)
         t1 = time.perf_counter()
-        step = StepPlan.of(batch, plan, 0, sg, step_fn.groups)
+        step = StepPlan.of(batch, plan, 0, sg, step_fn.groups, threads)
         t2 = time.perf_counter()
         rows = step_fn.empty_rows(step.table, cfg.dim)
         native.take_rows(table, step.keys, rows[:len(step.keys)], threads)  # one rank: a key is its row
