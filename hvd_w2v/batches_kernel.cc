@@ -132,6 +132,8 @@ struct Examples {
              const double* weight, const int64_t* guide, int64_t guide_size) {
     const int64_t kept = kpos.size(), width = 2 * window;
     const double total = cum[runs];
+    const int64_t most = std::max<int64_t>(to - from, 0);  // room for every centre: no growing on the way
+    centres.reserve(most), contexts.reserve(most * width), negatives.reserve(most * negative);
     const int64_t last = runs - 1;
     std::vector<int64_t> ctx(width);
     for (int64_t c = from; c < to; ++c) {

@@ -77,11 +77,13 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
-    std::vector<int64_t> mine;  // the entries i whose row this thread owns, in order
-    mine.reserve(n / team + ROW_BLOCK);
-    for (int64_t i = 0; i < n; ++i)
-      if ((rows[i] / ROW_BLOCK) % team == t) mine.push_back(i);
-    const int64_t m = static_cast<int64_t>(mine.size());
+    std::vector<int64_t> mine(n);  // the entries i whose row this thread owns, in order
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {  // no branch: whose row it is follows no pattern
+      mine[m] = i;
+      m += (rows[i] / ROW_BLOCK) % team == t;
+    }
+    mine.resize(m);
     for (int64_t i : mine) total[rows[i]] += sgd[i];
     int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
     for (int64_t k = 0; k < m; ++k) {
