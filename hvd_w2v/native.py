@@ -119,10 +119,13 @@ def aligned_empty(shape, dtype):
 
 # -- the step's maths (sgns_kernel.cc) -----------------------------------------------------------------------
 
+# Each library's functions and their argument types (module constants: the accessors run every step).
+STEP_FUNCTIONS = {"hvd_w2v_sgns_step": [I64, P, I64, I64, I64, P, P, P, P, P, F32, I64, P, P]}
+
+
 def step_kernel():
     """The library of sgns_kernel.cc, or None (TensorFlow's graph then; sgns.step_function)."""
-    return _library("sgns_kernel", {"hvd_w2v_sgns_step": [I64, P, I64, I64, I64, P, P, P, P, P, F32, I64, P, P]},
-                    "the compiled step", I64, fallback="the TensorFlow graph")
+    return _library("sgns_kernel", STEP_FUNCTIONS, "the compiled step", I64, fallback="the TensorFlow graph")
 
 
 def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
@@ -135,36 +138,42 @@ def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
                     and c.flags.c_contiguous and t.flags.c_contiguous for c, t in zip(ctxs, tgts))):
         raise ValueError("the step takes float32 rows [T >= 1, d] and int32 C-contiguous ctx [n, w] and tgt "
                          "[n, 1 + K] blocks that agree on n")
-    shapes = np.array([(len(c), c.shape[1], t.shape[1]) for c, t in zip(ctxs, tgts)], np.int64).T.copy()
-    pointers = np.array([[a.ctypes.data for a in ctxs], [a.ctypes.data for a in tgts]], np.uintp)
+    groups = len(ctxs)
+    pointers, sizes = ctypes.c_void_p * groups, ctypes.c_int64 * groups  # ctypes arrays: cheaper than numpy's
     updates = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
-    sums = np.empty(2)
-    if lib.hvd_w2v_sgns_step(int(sg), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs), pointers[0].ctypes.data,
-                             pointers[1].ctypes.data, shapes[0].ctypes.data, shapes[1].ctypes.data,
-                             shapes[2].ctypes.data, alpha, threads, updates.ctypes.data, sums.ctypes.data):
+    sums = (ctypes.c_double * 2)()
+    if lib.hvd_w2v_sgns_step(int(sg), rows.ctypes.data, len(rows), rows.shape[1], groups,
+                             pointers(*[c.ctypes.data for c in ctxs]), pointers(*[t.ctypes.data for t in tgts]),
+                             sizes(*[len(c) for c in ctxs]), sizes(*[c.shape[1] for c in ctxs]),
+                             sizes(*[t.shape[1] for t in tgts]), alpha, threads, updates.ctypes.data, sums):
         raise IndexError(f"the step's context or target rows must lie in [0, {len(rows)})")
     return updates, sums[0], sums[1]
 
 
 # -- the owners' row copies (rows_kernel.cc) -----------------------------------------------------------------
 
+ROW_FUNCTIONS = {"hvd_w2v_take_rows": [P, I64, P, P, I64, I64, I64],
+                 "hvd_w2v_add_rows": [P, I64] + [P] * 3 + [I64] * 3,
+                 "hvd_w2v_add_sources": [P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64]}
+
+
 def row_copies():
     """The library of rows_kernel.cc, or None (numpy then)."""
-    return _library("rows_kernel", {"hvd_w2v_take_rows": [P] * 3 + [I64] * 3,
-                                    "hvd_w2v_add_rows": [P] * 4 + [I64] * 3,
-                                    "hvd_w2v_add_sources": ([P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64], I64)},
-                    "the compiled row copies")
+    return _library("rows_kernel", ROW_FUNCTIONS, "the compiled row copies", I64)
 
 
 def _checked(table, rows, block):
-    """The pointers of a take/add call, after the checks that keep the C loop inside its arrays."""
+    """The arguments of a take/add call before its own (table, table rows, rows, block), after the checks
+    that keep the C loop inside its arrays (the loop checks the rows' range itself)."""
     if not (table.dtype == block.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
             and block.shape == (len(rows), table.shape[1])
             and table.flags.c_contiguous and block.flags.c_contiguous and rows.flags.c_contiguous):
         raise ValueError("row copies take float32 C-contiguous [n, d] blocks and int64 rows")
-    if len(rows) and (rows.min() < 0 or rows.max() >= len(table)):
-        raise IndexError(f"row index out of range [0, {len(table)})")
-    return table.ctypes.data, rows.ctypes.data, block.ctypes.data
+    return table.ctypes.data, len(table), rows.ctypes.data, block.ctypes.data
+
+
+def _out_of_range(table):
+    return IndexError(f"row index out of range [0, {len(table)})")
 
 
 def take_rows(table, rows, out, threads=1):
@@ -174,7 +183,8 @@ def take_rows(table, rows, out, threads=1):
     if lib is None:
         np.take(table, rows, axis=0, out=out)
         return
-    lib.hvd_w2v_take_rows(*_checked(table, rows, out), len(rows), table.shape[1], threads)
+    if lib.hvd_w2v_take_rows(*_checked(table, rows, out), len(rows), table.shape[1], threads):
+        raise _out_of_range(table)
 
 
 def add_rows(table, rows, updates, scale=None, threads=1):
@@ -189,8 +199,9 @@ def add_rows(table, rows, updates, scale=None, threads=1):
         scale = np.ascontiguousarray(scale, np.float32)
         if scale.shape != (len(rows),):
             raise ValueError(f"scale must be float32[{len(rows)}], got {scale.shape}")
-    lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1],
-                         threads)
+    if lib.hvd_w2v_add_rows(*pointers, None if scale is None else scale.ctypes.data, len(rows), table.shape[1],
+                            threads):
+        raise _out_of_range(table)
 
 
 def cap_scale(cap, counts):
@@ -205,15 +216,16 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
     min(1, cap / max(m, 1)), m its SGD updates summed over all sources, and added source by source.
     ``total`` (float32[len(table)], zeros) is scratch, left zeros. Compiled (on ``threads`` threads, the
     same bytes on any count) when available, else numpy."""
-    counts = np.array([len(b) for b in blocks], np.int64)
+    counts = [len(b) for b in blocks]
     d = table.shape[1]
     if not (table.dtype == total.dtype == sgd.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
             and table.flags.c_contiguous and rows.flags.c_contiguous and sgd.flags.c_contiguous
-            and total.shape == (len(table),) and len(rows) == len(sgd) == counts.sum()
+            and total.shape == (len(table),) and len(rows) == len(sgd) == sum(counts)
             and all(b.dtype == np.float32 and b.shape[1:] == (d,) and b.flags.c_contiguous for b in blocks)):
         raise ValueError("add_sources takes float32 C-contiguous [n_s, d] blocks, their int64 rows and sgd counts")
     lib = row_copies()
     if lib is None:
+        counts = np.array(counts, np.int64)
         ends = np.cumsum(counts)
         for lo, hi in zip(ends - counts, ends):
             total[rows[lo:hi]] += sgd[lo:hi]
@@ -222,22 +234,25 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
             table[rows[lo:hi]] += scale[lo:hi, None] * block
         total[rows] = 0
         return
-    pointers = np.array([b.ctypes.data for b in blocks], np.uintp)
-    if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data,
-                               counts.ctypes.data, len(blocks), sgd.ctypes.data, cap, total.ctypes.data, d,
-                               threads):
-        raise IndexError(f"row index out of range [0, {len(table)})")
+    sources = len(blocks)
+    if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data,
+                               (ctypes.c_void_p * sources)(*[b.ctypes.data for b in blocks]),
+                               (ctypes.c_int64 * sources)(*counts), sources, sgd.ctypes.data, cap,
+                               total.ctypes.data, d, threads):
+        raise _out_of_range(table)
 
 
 # -- the example builder (batches_kernel.cc) -----------------------------------------------------------------
 
+BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64, P,
+                                       P, P, I64, P, P, P, I64],
+                     "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5 + [I64]}
+
+
 def example_builder():
     """The library of batches_kernel.cc, or None (numpy then). Built without fused multiply-adds, so that its
     float operations round as numpy's do."""
-    return _library("batches_kernel", {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64,
-                                                         I64, P, P, P, I64, P, P, P, I64, P, P, P, I64],
-                                       "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5 + [I64]},
-                    "the compiled example builder", I64, ["-ffp-contract=off"])
+    return _library("batches_kernel", BUILDER_FUNCTIONS, "the compiled example builder", I64, ["-ffp-contract=off"])
 
 
 def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, threads=1):

@@ -2,8 +2,8 @@
 // updates back. numpy's fancy indexing does both in several passes (index checks, a temporary, the add, the
 // write back); these make one pass over each row (the profile in hvd_w2v/bench/README.md, "Where the time
 // goes, 1 rank").
-// Called through ctypes by hvd_w2v/native.py, which checks shapes and types first (and index ranges, but
-// hvd_w2v_add_sources checks its own); built there with g++ -fopenmp: each takes the rank's thread count.
+// Called through ctypes by hvd_w2v/native.py, which checks shapes and types first; each checks its own index
+// ranges. Built there with g++ -fopenmp: each takes the rank's thread count.
 #include <omp.h>
 
 #include <cstdint>
@@ -32,13 +32,22 @@ inline void add_row(float* dst, const float* src, float s, int64_t d) {
   for (int64_t j = 0; j < d; ++j) dst[j] += s * src[j];
 }
 
+// Whether every one of rows[0:n] lies in [0, table_rows): checked before a loop touches any row.
+inline bool inside(const int64_t* rows, int64_t n, int64_t table_rows) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= rows[i] >= 0 && rows[i] < table_rows;  // no branch: vectorised
+  return ok;
+}
+
 }  // namespace
 
 extern "C" {
 
-// out[i] = table[rows[i]] for i < n; rows of d floats; on ``threads`` threads, each a range of i.
-void hvd_w2v_take_rows(const float* table, const int64_t* rows, float* out, int64_t n, int64_t d,
-                       int64_t threads) {
+// out[i] = table[rows[i]] for i < n; rows of d floats; on ``threads`` threads, each a range of i. Returns 0,
+// or -1 with nothing written when a row lies outside [0, table_rows).
+int64_t hvd_w2v_take_rows(const float* table, int64_t table_rows, const int64_t* rows, float* out, int64_t n,
+                          int64_t d, int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
   for (int64_t i = 0; i < n; ++i) {
     if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
@@ -47,14 +56,18 @@ void hvd_w2v_take_rows(const float* table, const int64_t* rows, float* out, int6
 #pragma omp simd
     for (int64_t j = 0; j < d; ++j) dst[j] = src[j];
   }
+  return 0;
 }
 
 // table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique, so ``threads``
-// threads can each take a range of i.
-void hvd_w2v_add_rows(float* table, const int64_t* rows, const float* updates, const float* scale, int64_t n,
-                      int64_t d, int64_t threads) {
+// threads can each take a range of i. Returns 0, or -1 with nothing touched when a row lies outside
+// [0, table_rows).
+int64_t hvd_w2v_add_rows(float* table, int64_t table_rows, const int64_t* rows, const float* updates,
+                         const float* scale, int64_t n, int64_t d, int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
   for (int64_t i = 0; i < n; ++i) add_row(table + rows[i] * d, updates + i * d, scale ? scale[i] : 1.f, d);
+  return 0;
 }
 
 // An owner's whole scatter in one call. Source s sent blocks[s], float32[counts[s], d]: updates of the table
@@ -71,8 +84,7 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
                             int64_t d, int64_t threads) {
   int64_t n = 0;
   for (int64_t s = 0; s < sources; ++s) n += counts[s];
-  for (int64_t i = 0; i < n; ++i)
-    if (rows[i] < 0 || rows[i] >= table_rows) return -1;
+  if (!inside(rows, n, table_rows)) return -1;
   const int64_t team = n >= MIN_PARALLEL_ROWS ? threads : 1;
 #pragma omp parallel num_threads(team) if (team > 1)
   {

@@ -51,9 +51,13 @@ def test_bad_rows_are_refused_before_any_copy():
         pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
     table, rows, updates = blocks(2)
     before = table.copy()
+    out = np.zeros_like(updates)
     for bad in (np.append(rows[:-1], len(table)), np.append(rows[:-1], -1)):
         with pytest.raises(IndexError):
             native.add_rows(table, bad, updates)
+        with pytest.raises(IndexError):
+            native.take_rows(table, bad, out, 2)
+    assert not out.any()  # the check comes before the first copy
     with pytest.raises(ValueError):
         native.add_rows(table, rows.astype(np.int32), updates)
     with pytest.raises(ValueError):
