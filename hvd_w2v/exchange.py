@@ -105,7 +105,8 @@ class Exchange:
 
     def _keys(self, ask, asked_counts):
         """The alltoallv part that sends ``ask``'s keys with their SGD counts."""
-        sent = np.stack((ask.keys, ask.sgd.astype(np.int64)), axis=1)
+        sent = np.empty((len(ask.keys), 2), np.int64)  # filled by column: faster than np.stack's
+        sent[:, 0], sent[:, 1] = ask.keys, ask.sgd
         self._count(sent, ask.counts)
         return Part(sent, ask.counts, asked_counts)
 
