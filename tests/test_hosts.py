@@ -60,9 +60,12 @@ def hosts(corpus, disk):
 
 
 def launch(hosts, n, slots, args, timeout=LAUNCH_TIMEOUT, env=None, extra=()):
-    """``mpi/launch -n n --hostfile`` (``slots``: {host: slots}) ``args`` from nodeA; a Result."""
-    hostfile = hosts.hostfile(os.path.join(hosts.folder, f"hostfile-{time.monotonic_ns()}"), slots)
-    return hosts.run("nodeA", [ROOT / "mpi" / "launch", "-n", n, "--hostfile", hostfile, *extra, *args],
+    """``mpi/launch -n n --hostfile`` (``slots``: {host: slots}; None: no hostfile) ``args`` from nodeA (n None:
+    no -n, mpi/launch's default); a Result."""
+    where = []
+    if slots is not None:
+        where = ["--hostfile", hosts.hostfile(os.path.join(hosts.folder, f"hostfile-{time.monotonic_ns()}"), slots)]
+    return hosts.run("nodeA", [ROOT / "mpi" / "launch", *([] if n is None else ["-n", n]), *where, *extra, *args],
                      timeout=timeout, env=dict(env or {}, PYTHONUNBUFFERED="1"))
 
 
@@ -89,6 +92,12 @@ def test_check_names_hosts_threads_and_tcp(hosts):
     # (the thread budget used to count hostfile lines: 2 threads each, 4 threads on 2 cores).
     r = launch(hosts, 2, {"nodeA": 2, "nodeB": 2}, ["hvd-w2v", "check"])
     assert ranks_seen(r.output) == {0: ("nodeA", 1, []), 1: ("nodeA", 1, [])}, r.output
+    # No -n: one rank per host listed, each with all its host's cores, whatever the slots; without a
+    # hostfile, one rank on this host.
+    r = launch(hosts, None, {"nodeA": 2, "nodeB": 2}, ["hvd-w2v", "check"])
+    assert ranks_seen(r.output) == {0: ("nodeA", 2, [1]), 1: ("nodeB", 2, [0])}, r.output
+    r = launch(hosts, None, None, ["hvd-w2v", "check"])
+    assert ranks_seen(r.output) == {0: ("nodeA", 2, [])}, r.output
 
 
 @pytest.fixture(scope="module")
