@@ -166,9 +166,8 @@ struct Examples {
 
 // The sights of centres [lo, hi) numbered by ``number``, first sight first: each sight's number into
 // sight[i * (width + 1 + negative) + slot] (-1: no context word), the SGD updates each number sums into
-// ``weight`` and each number's owner into ``owner`` (computed once per key, not per sight). A function of
-// its own, outside the parallel region, so that the compiler keeps its arguments in registers.
-__attribute__((noinline)) void number_sights(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
+// ``weight`` and each number's owner into ``owner`` (computed once per key, not per sight).
+void number_sights(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
                    int64_t hi, int64_t width, int64_t negative, int64_t sg, int64_t ranks, int64_t n_hot,
                    KeyNumbers& number, int32_t* sight, std::vector<double>& weight, std::vector<int64_t>& owner) {
   const int64_t targets = 1 + negative, slots = width + targets;
@@ -207,8 +206,8 @@ __attribute__((noinline)) void number_sights(const int64_t* centres, const int64
 
 // The slots of centres [lo, hi): each sight's number (``sight``, as number_sights wrote it) through
 // ``slot_of`` into ctx[i, width] and tgt[i, targets], ``none`` for no context word.
-__attribute__((noinline)) void write_slots(const int32_t* sight, const int32_t* slot_of, int32_t none, int64_t lo, int64_t hi, int64_t width,
-                 int64_t targets, int32_t* ctx, int32_t* tgt) {
+void write_slots(const int32_t* sight, const int32_t* slot_of, int32_t none, int64_t lo, int64_t hi,
+                 int64_t width, int64_t targets, int32_t* ctx, int32_t* tgt) {
   for (int64_t i = lo; i < hi; ++i) {
     const int32_t* at = sight + i * (width + targets);
     for (int64_t j = 0; j < width; ++j) ctx[i * width + j] = at[j] < 0 ? none : slot_of[at[j]];
@@ -223,8 +222,9 @@ __attribute__((noinline)) void write_slots(const int32_t* sight, const int32_t* 
 // into slot_of; returns the unique keys' count. (The counts are whole numbers, in doubles, so summing them
 // range by range changes no value.)
 int64_t join_ranges(KeyNumbers& number, const std::vector<const std::vector<int64_t>*>& range_keys,
-                    std::vector<std::vector<double>>& range_weight, std::vector<std::vector<int64_t>>& range_owner,
-                    int64_t ranks, int64_t* keys, int64_t* owned, float* sgd, std::vector<std::vector<int32_t>>& slot_of) {
+                    std::vector<std::vector<double>>& range_weight,
+                    std::vector<std::vector<int64_t>>& range_owner, int64_t ranks, int64_t* keys, int64_t* owned,
+                    float* sgd, std::vector<std::vector<int32_t>>& slot_of) {
   const int team = static_cast<int>(range_keys.size());
   std::vector<double>& weight = range_weight[0];  // range 0's, grown into the step's (zeros past its keys)
   std::vector<int64_t>& owner = range_owner[0];

@@ -35,7 +35,7 @@ inline void add_row(float* dst, const float* src, float s, int64_t d) {
 // Whether every one of rows[0:n] lies in [0, table_rows): checked before a loop touches any row.
 inline bool inside(const int64_t* rows, int64_t n, int64_t table_rows) {
   bool ok = true;
-  for (int64_t i = 0; i < n; ++i) ok &= rows[i] >= 0 && rows[i] < table_rows;  // no branch: vectorised
+  for (int64_t i = 0; i < n; ++i) ok &= rows[i] >= 0 && rows[i] < table_rows;  // one pass, no branch
   return ok;
 }
 

@@ -102,8 +102,8 @@ struct Out {
 // The rows a centre reads and adds into, asked for while the centre before it computes: its rows are scattered
 // over the step's table, and without this each waits on the memory in turn (CBOW's centres, with less maths
 // between their reads, gain the most).
-inline void prefetch_centre(const float* rows, const Out& up, int d, int none, const int32_t* cs, int w, const int32_t* ts,
-                            int k1) {
+inline void prefetch_centre(const float* rows, const Out& up, int d, int none, const int32_t* cs, int w,
+                            const int32_t* ts, int k1) {
   auto both = [&](int32_t r) {
     if (r == none) return;
     prefetch_row(rows + static_cast<int64_t>(r) * d, d, 0);
