@@ -168,6 +168,7 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
 struct Chunk {
   std::vector<uint8_t> seen;  // [T]: 1 where this chunk's centres name the row
   std::vector<float*> dest;   // [T]: where this chunk (t > 0) adds row r's updates (Out)
+  std::vector<int32_t> shared;  // the rows several chunks name, in row order (chunk t > 0)
   std::vector<float> buffer;  // [shared rows, d]: this chunk's (t > 0) updates of the rows several chunks add into
 };
 std::mutex scratch_lock;
@@ -243,23 +244,20 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
       // Chunk t > 0 gives the rows that several chunks name places in its buffer, in row order.
       Out out{up, d};
       if (t > 0) {
-        auto shared = [&](int64_t r) {
+        mine.dest.resize(T);
+        mine.shared.clear();
+        for (int64_t r = 0; r < T; ++r) {  // one pass over the chunks' marks
           int named = 0;
           for (int c = 0; c < chunks; ++c) named += scratch[c].seen[r];
-          return named > 1 && r < T - 1;
-        };
-        int64_t rows_shared = 0;
-        for (int64_t r = 0; r < T; ++r) rows_shared += shared(r);
-        if (static_cast<int64_t>(mine.buffer.size()) < rows_shared * d) mine.buffer.resize(rows_shared * d);
-        mine.dest.resize(T);
+          mine.dest[r] = up + r * d;
+          if (named > 1 && r < T - 1) mine.shared.push_back(static_cast<int32_t>(r));
+        }
+        const int64_t cells_shared = static_cast<int64_t>(mine.shared.size()) * d;
+        if (static_cast<int64_t>(mine.buffer.size()) < cells_shared) mine.buffer.resize(cells_shared);
         float* next = mine.buffer.data();
-        for (int64_t r = 0; r < T; ++r) {
-          if (shared(r)) {
-            mine.dest[r] = next;
-            next += d;
-          } else {
-            mine.dest[r] = up + r * d;
-          }
+        for (int32_t r : mine.shared) {
+          mine.dest[r] = next;
+          next += d;
         }
         std::fill(mine.buffer.data(), next, 0.f);
         out.dest = mine.dest.data();
@@ -268,9 +266,11 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
         centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, out, &loss[t], &count[t]);
       });
 #pragma omp barrier
-      for (int64_t r = r0; r < r1; ++r) {
+      // This thread's range of the shared rows (every chunk t > 0 lists the same ones, in row order).
+      const std::vector<int32_t>& shared = scratch[1].shared;
+      for (auto at = std::lower_bound(shared.begin(), shared.end(), r0); at != shared.end() && *at < r1; ++at) {
+        const int64_t r = *at;
         float* o = up + r * d;
-        if (scratch[1].dest[r] == o) continue;  // one chunk's row (every chunk t > 0 has the same shared rows)
         for (int c = 1; c < chunks; ++c) {
           const float* src = scratch[c].dest[r];
 #pragma omp simd
