@@ -164,6 +164,19 @@ struct Examples {
   }
 };
 
+// x % m for 0 <= x < 2^52 without a division (the slowest instruction there is, and the table's owners take
+// one per key): the quotient from m's reciprocal in double precision is off by at most one, which one
+// correction mends, so the remainder is exact.
+struct Modulo {
+  explicit Modulo(int64_t m) : m(m), reciprocal(1.0 / static_cast<double>(m)) {}
+  int64_t operator()(int64_t x) const {
+    const int64_t r = x - static_cast<int64_t>(static_cast<double>(x) * reciprocal) * m;
+    return r < 0 ? r + m : r >= m ? r - m : r;
+  }
+  int64_t m;
+  double reciprocal;
+};
+
 // The sights of centres [lo, hi) numbered by ``number``, first sight first: each sight's number into
 // sight[i * (width + 1 + negative) + slot] (-1: no context word), the SGD updates each number sums into
 // ``weight`` and each number's owner into ``owner`` (computed once per key, not per sight).
@@ -194,13 +207,10 @@ void number_sights(const int64_t* centres, const int64_t* contexts, const int64_
     }
   }
   owner.resize(number.keys.size());
-  if (ranks == 1 && n_hot == 0) {  // one owner of every key: no division per key
-    std::fill(owner.begin(), owner.end(), 0);
-    return;
-  }
+  const Modulo rank_of(ranks);
   for (size_t k = 0; k < number.keys.size(); ++k) {
     const int64_t id = number.keys[k] >> 1;
-    owner[k] = id < n_hot ? ranks : id % ranks;
+    owner[k] = id < n_hot ? ranks : rank_of(id);
   }
 }
 
