@@ -107,6 +107,16 @@ P, I64, U64, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_fl
 ALIGN = 64  # bytes: TensorFlow aborts the process on a tensor whose buffer is not aligned to Eigen's maximum
 
 
+def _pointers(arrays):
+    """The arrays' data pointers as a C array (ctypes: cheaper to make, a call at a time, than numpy's)."""
+    return (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+
+
+def _int64s(values):
+    """``values`` as a C array of int64."""
+    return (ctypes.c_int64 * len(values))(*values)
+
+
 def aligned_empty(shape, dtype):
     """An uninitialised C-contiguous array whose buffer starts on an ALIGN boundary, so that TensorFlow can
     read it without a copy (sgns._shared, the graph's)."""
@@ -138,14 +148,11 @@ def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
                     and c.flags.c_contiguous and t.flags.c_contiguous for c, t in zip(ctxs, tgts))):
         raise ValueError("the step takes float32 rows [T >= 1, d] and int32 C-contiguous ctx [n, w] and tgt "
                          "[n, 1 + K] blocks that agree on n")
-    groups = len(ctxs)
-    pointers, sizes = ctypes.c_void_p * groups, ctypes.c_int64 * groups  # ctypes arrays: cheaper than numpy's
     updates = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
-    if lib.hvd_w2v_sgns_step(int(sg), rows.ctypes.data, len(rows), rows.shape[1], groups,
-                             pointers(*[c.ctypes.data for c in ctxs]), pointers(*[t.ctypes.data for t in tgts]),
-                             sizes(*[len(c) for c in ctxs]), sizes(*[c.shape[1] for c in ctxs]),
-                             sizes(*[t.shape[1] for t in tgts]), alpha, threads, updates.ctypes.data, sums):
+    if lib.hvd_w2v_sgns_step(int(sg), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs), _pointers(ctxs),
+                             _pointers(tgts), _int64s([len(c) for c in ctxs]), _int64s([c.shape[1] for c in ctxs]),
+                             _int64s([t.shape[1] for t in tgts]), alpha, threads, updates.ctypes.data, sums):
         raise IndexError(f"the step's context or target rows must lie in [0, {len(rows)})")
     return updates, sums[0], sums[1]
 
@@ -234,11 +241,8 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
             table[rows[lo:hi]] += scale[lo:hi, None] * block
         total[rows] = 0
         return
-    sources = len(blocks)
-    if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data,
-                               (ctypes.c_void_p * sources)(*[b.ctypes.data for b in blocks]),
-                               (ctypes.c_int64 * sources)(*counts), sources, sgd.ctypes.data, cap,
-                               total.ctypes.data, d, threads):
+    if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data, _pointers(blocks), _int64s(counts),
+                               len(blocks), sgd.ctypes.data, cap, total.ctypes.data, d, threads):
         raise _out_of_range(table)
 
 
