@@ -474,6 +474,29 @@ def test_progress_bar_under_a_pty_through_mpi_launch(small, tmp_path):
     assert not LOG_LINE.search(text.replace("\r\n", "\n"))
 
 
+def test_mpi_launch_gives_each_rank_its_thread_budget():
+    """mpi/rank's budget on this host: all its cores without -n, shared among -n ranks, --threads when given;
+    OpenMP waits passively only when a host's threads outnumber its cores (spinning there made a run of 4
+    threads on 2 cores 15 times slower); a user's OMP_NUM_THREADS does not shrink the budget (nproc prints
+    it when set)."""
+    cores = len(os.sched_getaffinity(0))
+    show = ["sh", "-c", 'echo "$HVD_W2V_THREADS $OMP_NUM_THREADS ${OMP_WAIT_POLICY:-spin}"']
+
+    def budgets(*flags, env=None):
+        r = subprocess.run([str(LAUNCH), *flags, *show], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **(env or {})})
+        assert r.returncode == 0, r.stdout + r.stderr
+        return sorted(r.stdout.split("\n")[:-1])
+
+    assert budgets() == [f"{cores} {cores} spin"]
+    assert budgets(env={"OMP_NUM_THREADS": "1"}) == [f"{cores} {cores} spin"]
+    each = max(cores // 2, 1)
+    assert budgets("-n", "2") == [f"{each} {each} {'passive' if cores < 2 else 'spin'}"] * 2
+    assert budgets("-n", "2", "--threads", str(cores)) == [f"{cores} {cores} passive"] * 2
+    assert budgets("-n", "1", "--threads", str(cores), env={"OMP_WAIT_POLICY": "active"}) == \
+        [f"{cores} {cores} active"]
+
+
 def test_tensorboard_scalars_come_from_the_run(small, tmp_path):
     """2 ranks, 1 epoch of 64-position steps: reports at steps 200 and 245 (the last); the scalars read back
     equal the run's own figures (the `done:` line, the learning-rate schedule). The output is a pipe, so the
