@@ -11,7 +11,6 @@ import dataclasses
 import inspect
 import os
 import socket
-import subprocess
 import sys
 import traceback
 
@@ -32,11 +31,17 @@ def cmd_check(args):
     comm.watch.enter("check")
     if comm.rank == 0:
         import horovod
+        import tensorflow as tf
 
-        build = subprocess.run([os.path.join(os.path.dirname(sys.executable), "horovodrun"), "--check-build"],
-                               capture_output=True, text=True)
-        print(build.stdout.strip() or build.stderr.strip())
-        print(f"ranks: {comm.size}  horovod {horovod.__version__}  mpi threads: {comm.hvd.mpi_threads_supported()}")
+        # Asked of the loaded Horovod itself: `horovodrun --check-build` says the same, but imports every
+        # framework it knows in a new process, 13 s here.
+        hvd = comm.hvd
+        built = {name: getattr(hvd, f"{name.lower()}_built")() for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL")}
+        yes = {True: "yes", False: "no"}
+        print(f"horovod {horovod.__version__} with TensorFlow {tf.__version__}, built with "
+              + ", ".join(f"{name} {yes[bool(on)]}" for name, on in built.items())
+              + f"; MPI enabled {yes[hvd.mpi_enabled()]}, MPI threads {yes[hvd.mpi_threads_supported()]}")
+        print(f"ranks: {comm.size}")
     total = comm.allreduce_dense(np.full(4, comm.rank + 1, np.float32))
     got = comm.alltoall_ints(np.arange(comm.size) + 100 * comm.rank)
     rows = comm.allgather(got.tolist())
