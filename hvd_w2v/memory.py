@@ -209,8 +209,9 @@ def limits(ranks_on_node, environ=None):
 
     - cgroup v2 ``memory.max`` and cgroup v1 ``memory.limit_in_bytes`` of this process's cgroup: a limit
       for every process in it, so divided by ``ranks_on_node`` (mpirun and Slurm put a node's ranks in one);
-    - Slurm's ``SLURM_MEM_PER_CPU`` (MiB, times ``SLURM_CPUS_PER_TASK``) or ``SLURM_MEM_PER_NODE`` (MiB,
-      divided by ``ranks_on_node``).
+    - Slurm's ``SLURM_MEM_PER_CPU`` (MiB, times the CPUs per task: ``SLURM_CPUS_PER_TASK``, or without it the
+      node's ``SLURM_CPUS_ON_NODE`` over ``ranks_on_node``, as slurm/run-train shares them) or
+      ``SLURM_MEM_PER_NODE`` (MiB, divided by ``ranks_on_node``).
 
     Not ``RLIMIT_AS`` or ``RLIMIT_DATA``: they bound virtual memory, and TensorFlow reserves far more address
     space than it touches (`hvd_w2v.bench.memory_probes` baseline and phases; figures in
@@ -221,7 +222,7 @@ def limits(ranks_on_node, environ=None):
     for path, value in _cgroup_limits():
         found.append((value // ranks_on_node, f"cgroup {path} {value / MIB:,.0f} MiB for {ranks_on_node} "
                                               f"rank(s) on this node"))
-    cpus = int(env.get("SLURM_CPUS_PER_TASK") or 1)
+    cpus = int(env.get("SLURM_CPUS_PER_TASK") or 0) or max(int(env.get("SLURM_CPUS_ON_NODE") or 1) // ranks_on_node, 1)
     if env.get("SLURM_MEM_PER_CPU"):
         found.append((int(env["SLURM_MEM_PER_CPU"]) * MIB * cpus,
                       f"SLURM_MEM_PER_CPU={env['SLURM_MEM_PER_CPU']} MiB x {cpus} CPU(s) per task"))

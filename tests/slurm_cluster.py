@@ -120,6 +120,7 @@ class SlurmCluster:
         if node is None:
             raise RuntimeError(f"slurmd -C printed no node line:\n{probe.stdout}{probe.stderr}")
         fields = dict(item.split("=", 1) for item in node.split() if "=" in item)
+        self.cpus = int(fields["CPUs"])  # every node's, as Slurm counts them (SLURM_CPUS_ON_NODE of a whole node)
         hardware = " ".join(f"{k}={fields[k]}" for k in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket",
                                                           "ThreadsPerCore", "RealMemory") if k in fields)
         if self.hosts:

@@ -72,6 +72,9 @@ def test_parse_size_rejects(text):
 def test_slurm_limits_per_rank():
     env = {"SLURM_MEM_PER_CPU": "2048", "SLURM_CPUS_PER_TASK": "2"}
     assert (4096 * MIB, "SLURM_MEM_PER_CPU=2048 MiB x 2 CPU(s) per task") in memory.limits(4, env)
+    # No --cpus-per-task (the templates' whole node, one rank): the node's CPUs over its ranks.
+    whole = {"SLURM_MEM_PER_CPU": "2048", "SLURM_CPUS_ON_NODE": "8"}
+    assert (8192 * MIB, "SLURM_MEM_PER_CPU=2048 MiB x 4 CPU(s) per task") in memory.limits(2, whole)
     got = [b for b, s in memory.limits(4, {"SLURM_MEM_PER_NODE": "8000"}) if s.startswith("SLURM")]
     assert got == [8000 * MIB // 4]
     assert not [s for _, s in memory.limits(4, {"SLURM_MEM_PER_NODE": "0"}) if s.startswith("SLURM")]

@@ -1,7 +1,8 @@
 """Slurm for real: slurm/single-node.sbatch submitted to a single-node Slurm cluster started on this machine
 (tests/slurm_cluster.py: munged, slurmctld and slurmd), ranks started by `srun --mpi=pmix`.
 
-- a 2-task job trains, exports and ends COMPLETED with exit code 0:0;
+- a job of the template's shape (one task on the whole node, its CPUs as threads) trains, exports and ends
+  COMPLETED with exit code 0:0;
 - SIGUSR1 to the batch shell mid-training (`scancel --batch --signal=USR1`, what `#SBATCH --signal=B:USR1@N`
   sends before the time limit): the ranks checkpoint and exit 75, the job requeues itself, runs again with
   --resume from that checkpoint, ends COMPLETED 0:0 after one restart, and its vectors are the uninterrupted
@@ -48,9 +49,9 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
-def submit(cluster, out, corpus, template=TEMPLATE, shape=("-n", "2"), options=OPTIONS, env=None):
+def submit(cluster, out, corpus, template=TEMPLATE, shape=(), options=OPTIONS, env=None):
     """sbatch ``template`` from the checkout (its submit folder finds slurm/run-train and .venv) with the
-    allocation ``shape``; returns the job id and its output file."""
+    allocation ``shape`` (none: the template's); returns the job id and its output file."""
     log = out.parent / f"{out.name}.log"
     result = cluster.run(["sbatch", "--parsable", *shape, "-o", str(log), str(template), *options],
                          cwd=ROOT, env=dict(env or {}, CORPUS=str(corpus), OUT=str(out)))
@@ -87,10 +88,12 @@ def uninterrupted(cluster, corpus, tmp_path_factory):
     return job, text(log), out
 
 
-def test_single_node_job_trains_and_completes(uninterrupted):
+def test_single_node_job_trains_and_completes(cluster, uninterrupted):
     job, output, out = uninterrupted
     assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("COMPLETED", "0:0", "0"), output
-    assert "run 1 on " in output and ": 2 ranks x 1 threads; srun --mpi=pmix " in output, output
+    threads = f"{cluster.cpus} thread" + "s" * (cluster.cpus > 1)
+    assert "run 1 on " in output and f": 1 rank x {threads}; srun --mpi=pmix " in output, output
+    assert f"--cpus-per-task={cluster.cpus} hvd-w2v train" in output, output
     assert "--resume" not in output, output
     assert f"export: {out}/vectors.bin" in output and "hvd-w2v exited with 0" in output, output
     words = int(re.search(r"^done: vocabulary ([\d,]+) words", output, re.M).group(1).replace(",", ""))
@@ -101,7 +104,7 @@ def test_single_node_job_trains_and_completes(uninterrupted):
 def test_usr1_checkpoints_requeues_and_resumes(cluster, corpus, uninterrupted, tmp_path):
     out = tmp_path / "out"
     job_id, log = submit(cluster, out, corpus)
-    interrupt_and_resume(cluster, job_id, log, out, 2, vectors(uninterrupted[2]))
+    interrupt_and_resume(cluster, job_id, log, out, 1, vectors(uninterrupted[2]))
 
 
 def interrupt_and_resume(cluster, job_id, log, out, ranks, reference):
