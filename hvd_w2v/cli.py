@@ -34,7 +34,7 @@ def cmd_check(args):
         import tensorflow as tf
 
         # Asked of the loaded Horovod itself: `horovodrun --check-build` says the same, but imports every
-        # framework it knows in a new process, 13 s here.
+        # framework it knows in a new process, which took most of a check's time.
         hvd = comm.hvd
         built = {name: getattr(hvd, f"{name.lower()}_built")() for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL")}
         yes = {True: "yes", False: "no"}

@@ -476,9 +476,8 @@ def test_progress_bar_under_a_pty_through_mpi_launch(small, tmp_path):
 
 def test_mpi_launch_gives_each_rank_its_thread_budget():
     """mpi/rank's budget on this host: all its cores without -n, shared among -n ranks, --threads when given;
-    OpenMP waits passively only when a host's threads outnumber its cores (spinning there made a run of 4
-    threads on 2 cores 15 times slower); a user's OMP_NUM_THREADS does not shrink the budget (nproc prints
-    it when set)."""
+    OpenMP waits passively only when a host's threads outnumber its cores (spinning there made such runs
+    many times slower); a user's OMP_NUM_THREADS does not shrink the budget (nproc prints it when set)."""
     cores = len(os.sched_getaffinity(0))
     show = ["sh", "-c", 'echo "$HVD_W2V_THREADS $OMP_NUM_THREADS ${OMP_WAIT_POLICY:-spin}"']
 

@@ -39,7 +39,7 @@ ATOL = 1e-5  # float32 summation order (README, "Same result on any rank count")
 LAUNCH_TIMEOUT = 150
 # The pretend hosts share this machine's cores, and each host's ranks take all of them as threads: 2 hosts x
 # 1 rank x 2 threads put 4 threads on 2 cores. OpenMP's threads spin while they wait at a barrier, by default
-# for a while, on the cores the other host's threads need, so such a run took 2.5 times as long as 2 x 2 x 1.
+# for a while, on the cores the other host's threads need, which made such runs many times slower.
 # Passive waiting sleeps at once instead. (Real hosts have cores of their own: the product leaves the default.)
 SHARED_CORES = {"OMP_WAIT_POLICY": "passive"}
 
