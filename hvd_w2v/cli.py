@@ -35,12 +35,11 @@ def cmd_check(args):
 
         # Asked of the loaded Horovod itself: `horovodrun --check-build` says the same, but imports every
         # framework it knows in a new process, which took most of a check's time.
-        hvd = comm.hvd
-        built = {name: getattr(hvd, f"{name.lower()}_built")() for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL")}
-        yes = {True: "yes", False: "no"}
-        print(f"horovod {horovod.__version__} with TensorFlow {tf.__version__}, built with "
-              + ", ".join(f"{name} {yes[bool(on)]}" for name, on in built.items())
-              + f"; MPI enabled {yes[hvd.mpi_enabled()]}, MPI threads {yes[hvd.mpi_threads_supported()]}")
+        hvd, yes = comm.hvd, ("no", "yes")
+        built = ", ".join(f"{name} {yes[bool(getattr(hvd, name.lower() + '_built')())]}"
+                          for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL"))
+        print(f"horovod {horovod.__version__} with TensorFlow {tf.__version__}, built with {built}; MPI enabled "
+              f"{yes[bool(hvd.mpi_enabled())]}, MPI threads {yes[bool(hvd.mpi_threads_supported())]}")
         print(f"ranks: {comm.size}")
     total = comm.allreduce_dense(np.full(4, comm.rank + 1, np.float32))
     got = comm.alltoall_ints(np.arange(comm.size) + 100 * comm.rank)
