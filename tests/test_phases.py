@@ -15,3 +15,5 @@ def test_every_phase_is_timed_on_one_and_two_threads(tmp_path):
             seconds = phases.measure(corpus, sg, threads, steps=30, batch_words=1024)
             assert set(seconds) == set(phases.PHASES)
             assert all(0 < s < 1 for s in seconds.values()), seconds
+        for builder in (False, True):
+            assert 0 < phases.whole_step(corpus, sg, 1, steps=30, batch_words=1024, builder=builder) < 1

@@ -16,7 +16,9 @@ perf_counter and the median over the steps (the first 20 left out) printed side 
 - *add*: the owners' capped add (native.add_sources, rows split over the threads).
 
 A phase's ratio against 1 thread shows what its threads gain; the phases left on one thread, and the
-Python between them, are where the other threads wait. The model is drawn at random (its values do not
+Python between them, are where the other threads wait. ``--builder-thread`` also times whole steps of a
+design the trainer does not use: the examples and tables built one step ahead on a Python thread of their own
+while the loop's thread runs the rest (whole_step), against whole steps as training runs them. The model is drawn at random (its values do not
 change what a phase costs), and every step trains it, so the rows' values move as in training.
 """
 import argparse
@@ -70,6 +72,52 @@ def measure(corpus, sg, threads, steps, batch_words):
     return {phase: statistics.median(s[WARM_UP:] or s) for phase, s in seconds.items()}
 
 
+def whole_step(corpus, sg, threads, steps, batch_words, builder=False):
+    """Seconds a whole step takes, the median over ``steps`` steps of one rank, Python included: as training
+    runs it (``builder`` False: each step's examples and table built, then its rows gathered, its maths and
+    its add, every phase on ``threads`` threads in turn), or (``builder`` True) a design the trainer does not
+    use, measured to weigh it: the examples and tables built one step ahead on a Python thread of their own
+    (its compiled calls on one thread each, the GIL released in them) while the loop's thread gathers,
+    computes and adds on ``threads`` threads."""
+    import queue
+    import threading
+
+    from .. import batches, native, sgns
+    from ..config import Config
+    from ..shard import RowPlan
+    from ..training import CappedAdd, StepPlan, share
+
+    cfg = Config(sg=sg, batch_words=batch_words)
+    stream, voc = corpus.stream, corpus.vocab
+    plan = RowPlan(voc.size, 1)
+    step_fn = sgns.step_function(sg, cfg.window, threads=threads)
+    table = (np.random.default_rng(0).uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)) / cfg.dim).astype(np.float32)
+    apply = CappedAdd(float(cfg.update_cap), threads)
+    scratch = np.zeros(len(table), np.float32)
+    steps = min(steps, -(-len(stream) // batch_words))
+
+    def build(done, on):
+        epoch, lo, hi = share(cfg, len(stream), done, 0, 1)
+        return StepPlan.of(batches.build(stream, voc, cfg, epoch, lo, hi, on), plan, 0, sg, 1, on)
+
+    ready = queue.Queue(maxsize=1)  # one step ahead: the builder waits for the loop beyond that
+    if builder:
+        threading.Thread(target=lambda: [ready.put(build(done, 1)) for done in range(steps)], daemon=True).start()
+    seconds, last = [], time.perf_counter()
+    for done in range(steps):
+        step = ready.get() if builder else build(done, threads)
+        rows = step_fn.empty_rows(step.table, cfg.dim)
+        native.take_rows(table, step.keys, rows[:len(step.keys)], threads)
+        rows[len(step.keys):] = 0
+        updates, loss, _ = step_fn(rows, step.ctx, step.tgt, np.float32(cfg.alpha))
+        float(loss)
+        apply.sources(table, step.keys, [updates[:len(step.keys)]], step.sgd, scratch)
+        now = time.perf_counter()
+        seconds.append(now - last)
+        last = now
+    return statistics.median(seconds[WARM_UP:] or seconds)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
@@ -78,6 +126,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch-words", type=int, default=2048)
     p.add_argument("--out", default=os.path.join("runs", "phases"))
+    p.add_argument("--builder-thread", action="store_true",
+                   help="also whole steps, as training runs them and with the builder on a thread of its own "
+                        "(whole_step)")
     args = p.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -105,7 +156,15 @@ def main(argv=None):
                 ref = sum(base.values()) if phase == "step" else base[phase]
                 row += f"{value * 1e6:>12,.0f}{ref / value:>6.2f}x"
             print(row)
-
+        if args.builder_thread:
+            print(f"\n{'whole steps':<22}{'us':>8}{'ratio':>7}")
+            ways = [(f"in turn, {t} thread{'s' if t > 1 else ''}", t, False) for t in counts]
+            ways += [(f"builder thread + {t}", t, True) for t in sorted({1, max(max(counts) - 1, 1)})]
+            ref = None
+            for name, t, ahead in ways:
+                value = whole_step(corpus, sg, t, args.steps, args.batch_words, builder=ahead)
+                ref = ref or value
+                print(f"{name:<22}{value * 1e6:>8,.0f}{ref / value:>6.2f}x")
 
 if __name__ == "__main__":
     main()
