@@ -347,7 +347,7 @@ def test_slurm_requeues_a_stalled_job_and_it_resumes(corpus, reference, tmp_path
         pytest.skip(unavailable())
     out = tmp_path / "out"
     with SlurmCluster() as cluster:
-        job_id, log = submit(cluster, out, corpus, shape=("--ntasks-per-node=2", "-c", "1"),
+        job_id, log = submit(cluster, out, corpus, shape=("-n", "2", "-c", "1"),
                              options=[*OPTIONS, "--checkpoint-every", "0.002"])
         stopped = None
         try:
