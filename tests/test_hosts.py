@@ -235,7 +235,7 @@ def test_multi_node_job_preempted_resumes_to_the_same_vectors(slurm, corpus, ref
     out = tmp_path / "out"
     job_id, log = submit(slurm, out, corpus, template=ROOT / "slurm" / "multi-node.sbatch", shape=shape,
                          options=OPTIONS, env={"LAUNCH": launcher, **SHARED_CORES})
-    threads = max(slurm.cpus * 2 // ranks, 1)  # the node's CPUs over its ranks
+    threads = max(slurm.cpus // (ranks // 2), 1)  # a node's CPUs over its ranks there
     output = interrupt_and_resume(slurm, job_id, log, out, ranks, reference)
     each = f"{threads} thread" + "s" * (threads > 1)
     assert f"run 1 on nodeA,nodeB: {ranks} ranks x {each}; {launcher} " in output, output

@@ -11,7 +11,7 @@
 Every wait is bounded (cluster start 60 s, each job 150 s), so a broken Slurm fails the test, never hangs it.
 There is no slurmdbd, so states come from `scontrol show job` (the cluster keeps finished jobs an hour).
 Skipped only where a cluster cannot be started at all: not root, or slurm-wlm/munge not installed (mpi/setup
-installs them). 80-90 s on 2 shared cores, most of it TensorFlow starting 3 times on 2 ranks.
+installs them). Most of its time is TensorFlow starting 3 times (two jobs, one requeued).
 """
 import os
 import re

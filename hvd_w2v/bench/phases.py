@@ -16,10 +16,12 @@ perf_counter and the median over the steps (the first 20 left out) printed side 
 - *add*: the owners' capped add (native.add_sources, rows split over the threads).
 
 A phase's ratio against 1 thread shows what its threads gain; the phases left on one thread, and the
-Python between them, are where the other threads wait. ``--builder-thread`` also times whole steps of a
-design the trainer does not use: the examples and tables built one step ahead on a Python thread of their own
-while the loop's thread runs the rest (whole_step), against whole steps as training runs them. The model is drawn at random (its values do not
+Python between them, are where the other threads wait. The model is drawn at random (its values do not
 change what a phase costs), and every step trains it, so the rows' values move as in training.
+
+``--builder-thread`` also times whole steps (whole_step): as training runs them, and in a design the trainer
+does not use, the examples and tables built one step ahead on a Python thread of their own while the loop's
+thread runs the rest.
 """
 import argparse
 import os
@@ -165,6 +167,7 @@ def main(argv=None):
                 value = whole_step(corpus, sg, t, args.steps, args.batch_words, builder=ahead)
                 ref = ref or value
                 print(f"{name:<22}{value * 1e6:>8,.0f}{ref / value:>6.2f}x")
+
 
 if __name__ == "__main__":
     main()
