@@ -173,8 +173,8 @@ MAX_RANKS = 1 << 20
 
 def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1):
     """The smallest rank count whose plan fits ``limit`` bytes per rank, or None when none up to MAX_RANKS
-    does (the baseline, the count runs and the step's fixed part do not shrink with more ranks). The plan's total does not
-    grow with the rank count, so a bisection finds it."""
+    does (the baseline, the count runs and the step's fixed part do not shrink with more ranks). The plan's
+    total does not grow with the rank count, so a bisection finds it."""
     fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads).total <= limit  # noqa: E731
     if not fits(MAX_RANKS):
         return None
