@@ -36,38 +36,70 @@ PHASES = ("examples", "table", "gather", "maths", "add")
 WARM_UP = 20
 
 
+class _Rank:
+    """One rank's training as the benchmark runs it (no MPI): its model drawn at random, and each phase of a
+    step as a method, its compiled calls on ``threads`` threads."""
+
+    def __init__(self, corpus, sg, threads, batch_words):
+        from .. import sgns
+        from ..config import Config
+        from ..shard import RowPlan
+        from ..training import CappedAdd
+
+        self.corpus, self.sg, self.threads = corpus, sg, threads
+        self.cfg = Config(sg=sg, batch_words=batch_words)
+        self.plan = RowPlan(corpus.vocab.size, 1)
+        self.step_fn = sgns.step_function(sg, self.cfg.window, threads=threads)
+        rng = np.random.default_rng(0)
+        self.table = (rng.uniform(-0.5, 0.5, (2 * corpus.vocab.size, self.cfg.dim)) / self.cfg.dim).astype(np.float32)
+        self.apply = CappedAdd(float(self.cfg.update_cap), threads)
+        self.scratch = np.zeros(len(self.table), np.float32)
+        self.steps = -(-len(corpus.stream) // batch_words)
+
+    def examples(self, done, threads):
+        from .. import batches
+        from ..training import share
+
+        epoch, lo, hi = share(self.cfg, len(self.corpus.stream), done, 0, 1)
+        return batches.build(self.corpus.stream, self.corpus.vocab, self.cfg, epoch, lo, hi, threads)
+
+    def table_of(self, batch, threads):
+        from ..training import StepPlan
+
+        return StepPlan.of(batch, self.plan, 0, self.sg, self.step_fn.groups, threads)
+
+    def gather(self, step):
+        from .. import native
+
+        rows = self.step_fn.empty_rows(step.table, self.cfg.dim)
+        native.take_rows(self.table, step.keys, rows[:len(step.keys)], self.threads)  # one rank: key = row
+        rows[len(step.keys):] = 0
+        return rows
+
+    def maths(self, step, rows):
+        updates, loss, _ = self.step_fn(rows, step.ctx, step.tgt, np.float32(self.cfg.alpha))
+        float(loss)
+        return updates
+
+    def add(self, step, updates):
+        self.apply.sources(self.table, step.keys, [updates[:len(step.keys)]], step.sgd, self.scratch)
+
+
 def measure(corpus, sg, threads, steps, batch_words):
     """{phase: median seconds} over ``steps`` steps of one rank on ``threads`` threads."""
-    from .. import batches, native, sgns
-    from ..config import Config
-    from ..shard import RowPlan
-    from ..training import CappedAdd, StepPlan, share
-
-    cfg = Config(sg=sg, batch_words=batch_words)
-    stream, voc = corpus.stream, corpus.vocab
-    plan = RowPlan(voc.size, 1)
-    step_fn = sgns.step_function(sg, cfg.window, threads=threads)
-    rng = np.random.default_rng(0)
-    table = (rng.uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)) / cfg.dim).astype(np.float32)
-    apply = CappedAdd(float(cfg.update_cap), threads)
-    scratch = np.zeros(len(table), np.float32)
+    rank = _Rank(corpus, sg, threads, batch_words)
     seconds = {phase: [] for phase in PHASES}
-    total = -(-len(stream) // batch_words)
-    for done in range(min(steps, total)):
-        epoch, lo, hi = share(cfg, len(stream), done, 0, 1)
+    for done in range(min(steps, rank.steps)):
         t0 = time.perf_counter()
-        batch = batches.build(stream, voc, cfg, epoch, lo, hi, threads)
+        batch = rank.examples(done, threads)
         t1 = time.perf_counter()
-        step = StepPlan.of(batch, plan, 0, sg, step_fn.groups, threads)
+        step = rank.table_of(batch, threads)
         t2 = time.perf_counter()
-        rows = step_fn.empty_rows(step.table, cfg.dim)
-        native.take_rows(table, step.keys, rows[:len(step.keys)], threads)  # one rank: a key is its row
-        rows[len(step.keys):] = 0
+        rows = rank.gather(step)
         t3 = time.perf_counter()
-        updates, loss, _ = step_fn(rows, step.ctx, step.tgt, np.float32(cfg.alpha))
-        float(loss)
+        updates = rank.maths(step, rows)
         t4 = time.perf_counter()
-        apply.sources(table, step.keys, [updates[:len(step.keys)]], step.sgd, scratch)
+        rank.add(step, updates)
         t5 = time.perf_counter()
         for phase, a, b in zip(PHASES, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
             seconds[phase].append(b - a)
@@ -84,23 +116,11 @@ def whole_step(corpus, sg, threads, steps, batch_words, builder=False):
     import queue
     import threading
 
-    from .. import batches, native, sgns
-    from ..config import Config
-    from ..shard import RowPlan
-    from ..training import CappedAdd, StepPlan, share
-
-    cfg = Config(sg=sg, batch_words=batch_words)
-    stream, voc = corpus.stream, corpus.vocab
-    plan = RowPlan(voc.size, 1)
-    step_fn = sgns.step_function(sg, cfg.window, threads=threads)
-    table = (np.random.default_rng(0).uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)) / cfg.dim).astype(np.float32)
-    apply = CappedAdd(float(cfg.update_cap), threads)
-    scratch = np.zeros(len(table), np.float32)
-    steps = min(steps, -(-len(stream) // batch_words))
+    rank = _Rank(corpus, sg, threads, batch_words)
+    steps = min(steps, rank.steps)
 
     def build(done, on):
-        epoch, lo, hi = share(cfg, len(stream), done, 0, 1)
-        return StepPlan.of(batches.build(stream, voc, cfg, epoch, lo, hi, on), plan, 0, sg, 1, on)
+        return rank.table_of(rank.examples(done, on), on)
 
     ready = queue.Queue(maxsize=1)  # one step ahead: the builder waits for the loop beyond that
     if builder:
@@ -108,12 +128,7 @@ def whole_step(corpus, sg, threads, steps, batch_words, builder=False):
     seconds, last = [], time.perf_counter()
     for done in range(steps):
         step = ready.get() if builder else build(done, threads)
-        rows = step_fn.empty_rows(step.table, cfg.dim)
-        native.take_rows(table, step.keys, rows[:len(step.keys)], threads)
-        rows[len(step.keys):] = 0
-        updates, loss, _ = step_fn(rows, step.ctx, step.tgt, np.float32(cfg.alpha))
-        float(loss)
-        apply.sources(table, step.keys, [updates[:len(step.keys)]], step.sgd, scratch)
+        rank.add(step, rank.maths(step, rank.gather(step)))
         now = time.perf_counter()
         seconds.append(now - last)
         last = now
