@@ -62,6 +62,8 @@ class Exchange:
 
     def route(self, ask):
         """Stage 1, alone (the first step): send each owner the keys of ``ask`` it owns."""
+        if self.comm.size == 1:
+            return self._own_route(ask)
         asked_counts = self.comm.alltoall_ints(ask.counts)
         return self._routed(ask, *self.comm.alltoallv_many([self._keys(ask, asked_counts)]), asked_counts)
 
@@ -92,6 +94,9 @@ class Exchange:
         every source's block in rank order, each row capped by its SGD-update count summed over all sources (a
         source's keys are unique, two sources' may not be).
         """
+        if self.comm.size == 1:  # every key its own: nothing to send, and the next route is the next ask
+            apply.sources(self.table, route.local, [updates], route.asked_sgd, self.sgd)
+            return None if ask is None else self._own_route(ask)
         parts = [Part(updates, route.counts, route.asked_counts, own=False)]
         if ask is not None:
             parts.append(self._keys(ask, asked_counts))
@@ -116,6 +121,12 @@ class Exchange:
         own = slice(int(ask.counts[:rank].sum()), int(ask.counts[:rank + 1].sum()))
         own_asked = slice(int(asked_counts[:rank].sum()), int(asked_counts[:rank + 1].sum()))
         return Route(ask.keys, ask.counts, local, asked_counts, asked[:, 1].astype(np.float32), own, own_asked)
+
+    def _own_route(self, ask):
+        """The route of ``ask`` on one rank: what _routed makes of it there (every key asked of itself), without
+        packing the keys and their counts to send them to itself: Python that every step would pay."""
+        own = slice(0, len(ask.keys))
+        return Route(ask.keys, ask.counts, self.plan.local_key(ask.keys), ask.counts, ask.sgd, own, own)
 
     def _count(self, sent, counts):
         """Add the bytes of ``sent`` that left this rank (rows to itself cost nothing)."""
