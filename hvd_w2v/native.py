@@ -17,6 +17,7 @@ whole build.
 import ctypes
 import fcntl
 import hashlib
+import math
 import os
 import subprocess
 import sys
@@ -121,7 +122,7 @@ def aligned_empty(shape, dtype):
     """An uninitialised C-contiguous array whose buffer starts on an ALIGN boundary, so that TensorFlow can
     read it without a copy (sgns._shared, the graph's)."""
     dtype = np.dtype(dtype)
-    size = int(np.prod(shape)) * dtype.itemsize
+    size = math.prod(shape) * dtype.itemsize  # math.prod, not np.prod: every step calls this
     raw = np.empty(size + ALIGN, np.uint8)
     skip = -raw.ctypes.data % ALIGN
     return raw[skip:skip + size].view(dtype).reshape(shape)

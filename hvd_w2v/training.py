@@ -351,7 +351,8 @@ def _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply):
     t0, ahead0 = time.monotonic(), ahead.seconds
     rows = step_fn.empty_rows(step.table, hot.rows.shape[1])  # read by the step function without a copy
     asked_next = exchange.gather(route, rows[:cold], ask, ahead.fill)
-    rows[cold:len(keys)] = hot.rows[keys[cold:]]
+    if cold < len(keys):
+        rows[cold:len(keys)] = hot.rows[keys[cold:]]
     rows[len(keys):] = 0  # padding; the last row stands for "no context word"
     t1 = time.monotonic()
 
