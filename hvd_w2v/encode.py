@@ -5,7 +5,9 @@ word2vec does before windowing) and ``SENTENCE_END`` after every sentence. Rank 
 stream from its own byte range to ``ids.{r:05d}.i32``; laid end to end in rank order, the parts are the same
 stream for any rank count, so training positions are global and rank-count free.
 """
+import bisect
 import errno
+import itertools
 import json
 import os
 import socket
@@ -145,8 +147,8 @@ class TokenStream:
             if os.path.getsize(path) != 4 * n:
                 raise OSError(errno.EINVAL, f"{path} holds {os.path.getsize(path):,} bytes, not the {4 * n:,} "
                                             f"of stream.json", path)
-        self.starts = np.concatenate(([0], np.cumsum(index["parts"]))).astype(np.int64)
-        self.length = int(self.starts[-1])
+        self.starts = [0, *itertools.accumulate(index["parts"])]  # a list: bisect on it costs less, every step
+        self.length = self.starts[-1]
         self.bytes_read = 0
 
     def __len__(self):
@@ -156,9 +158,9 @@ class TokenStream:
         """ids at positions ``[lo, hi)``, clipped to the stream (a new int32 array)."""
         lo, hi = max(lo, 0), min(hi, self.length)
         out = np.empty(max(hi - lo, 0), np.int32)
-        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        first = bisect.bisect_right(self.starts, lo) - 1
         for part in range(max(first, 0), len(self.paths)):
-            start, stop = int(self.starts[part]), int(self.starts[part + 1])
+            start, stop = self.starts[part], self.starts[part + 1]
             if start >= hi:
                 break
             a, b = max(lo, start), min(hi, stop)

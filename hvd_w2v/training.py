@@ -131,7 +131,8 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
         step = ahead.pop()
         loss, pairs, route = _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply)
         watch.step = done + 1
-        report[:2] += (loss, pairs)
+        report[0] += loss  # two scalar adds: a slice's += converts the pair to an array every step
+        report[1] += pairs
         if done + 1 == next_report or done + 1 == total_steps:
             now = time.monotonic()
             if comm.rank == 0:
