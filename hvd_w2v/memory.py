@@ -104,8 +104,8 @@ class MemoryPlan:
     def describe(self):
         """Two lines, MiB per rank."""
         m = lambda b: f"{b / MIB:,.0f}"  # noqa: E731
-        return (f"{m(self.total)} MiB per rank on {self.ranks} ranks = baseline {m(self.baseline)} + tables "
-                f"{m(self.tables)} + words {m(self.words)} + training {m(self.training)}\n"
+        return (f"{m(self.total)} MiB per rank on {self.ranks} rank{'s' if self.ranks != 1 else ''} = baseline "
+                f"{m(self.baseline)} + tables {m(self.tables)} + words {m(self.words)} + training {m(self.training)}\n"
                 f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
                 f"{m(self.hot)}; reading text, before it: {m(self.read)}")
 

@@ -42,4 +42,5 @@ class RowPlan:
 
     def __str__(self):
         counts = [self.rows(r) for r in range(self.ranks)]
-        return f"RowPlan({self.vocab_size:,} words over {self.ranks} ranks: rows per rank {min(counts):,}..{max(counts):,})"
+        ranks = f"{self.ranks} rank{'s' if self.ranks != 1 else ''}"
+        return f"RowPlan({self.vocab_size:,} words over {ranks}: rows per rank {min(counts):,}..{max(counts):,})"

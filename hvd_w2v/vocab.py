@@ -236,7 +236,8 @@ def build(comm, paths, cfg, log=lambda m: None):
     size = comm.allreduce(len(mine))
     if size < comm.size:
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
-                        f"{comm.size} ranks; lower --min-count, use a larger corpus or fewer ranks")
+                        f"{comm.size} rank{'s' if comm.size != 1 else ''}; lower --min-count, use a larger corpus or "
+                        f"fewer ranks")
 
     my_ids, runs = agree_ids(comm, np.array([c for _, c in mine], dtype=np.int64),
                              np.fromiter((hash64(w) for w, _ in mine), dtype=np.uint64, count=len(mine)), cfg.sample)

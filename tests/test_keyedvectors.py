@@ -183,8 +183,9 @@ def test_keyedvectors_match_gensim(comm, nranks, tmp_path_factory, capsys):
         same(g.most_similar("x0"), kv.most_similar("x0"))
     err = capsys.readouterr().err
     if c.rank == 0:
-        assert f"load: checkpoint {run}/checkpoints/step-000000003: step 3 of {total}, written on {c.size} ranks; " \
-               f"265 words of {DIM} dimensions, RowPlan(265 words over {c.size} ranks" in err
+        ranks = f"{c.size} rank{'s' if c.size != 1 else ''}"  # "1 rank", "3 ranks"
+        assert f"load: checkpoint {run}/checkpoints/step-000000003: step 3 of {total}, written on {ranks}; " \
+               f"265 words of {DIM} dimensions, RowPlan(265 words over {ranks}:" in err
         assert f"note: the run finished ({total} steps); its final vectors are {run}/vectors.bin" in err
     else:
         assert err == ""

@@ -131,7 +131,8 @@ def interrupt_and_resume(cluster, job_id, log, out, ranks, reference):
     # In this order: the signal, the checkpoint, the requeue, the second run with --resume, the resume from
     # that very checkpoint, the end.
     marks = ["SIGUSR1: asking the ranks to checkpoint", saved.group(0), "hvd-w2v exited with 75: requeueing job",
-             "run 2 on ", f"resume: step {step:,} of {total:,} from {path} (written on {ranks} ranks)",
+             "run 2 on ",
+             f"resume: step {step:,} of {total:,} from {path} (written on {ranks} rank{'s' if ranks != 1 else ''})",
              f"export: {out}/vectors.bin", "hvd-w2v exited with 0"]
     where = [output.find(m) for m in marks]
     assert -1 not in where and where == sorted(where), list(zip(marks, where))
