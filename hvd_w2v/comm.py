@@ -16,6 +16,7 @@ inside one now), which the stall watchdog reads (hvd_w2v/watchdog.py): two assig
 """
 import atexit
 import functools
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -271,8 +272,16 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
         atexit.register(dog.stop)  # before MPI_Finalize (mpi4py's, at exit): no MPI call may be in flight then
     beat.enter("start")
 
-    import tensorflow as tf
-    import horovod.tensorflow as hvd
+    # Importing TensorFlow and Horovod makes hundreds of thousands of objects that live as long as the process,
+    # and the collector's passes over them while they are made take much of the import's time (the bench
+    # README's "Start-up"). So the collector waits for the import, then leaves those objects out of its passes.
+    gc.disable()
+    try:
+        import tensorflow as tf
+        import horovod.tensorflow as hvd
+    finally:
+        gc.freeze()
+        gc.enable()
 
     os.environ.setdefault("HOROVOD_CYCLE_TIME", str(cycle_ms))
     threads = int(threads or os.environ.get("HVD_W2V_THREADS", "1"))
