@@ -111,7 +111,8 @@ def main(argv=None):
         for row in rows:
             print(f"{row:<10}" + "".join(f"{med[t][row]:>12,.0f}{med[counts[0]][row] / med[t][row]:>6.2f}x"
                                          for t in counts))
-        print(f"{'rest/loop':<10}" + "".join(f"{med[t]['the rest'] / med[t]['loop']:>12.0%}{'':>7}" for t in counts))
+        print((f"{'rest/loop':<10}" + "".join(f"{med[t]['the rest'] / med[t]['loop']:>12.0%}{'':>7}"
+                                              for t in counts)).rstrip())
 
 
 if __name__ == "__main__":
