@@ -9,8 +9,8 @@ bench.throughput runs it), with a timer around every call of the compiled librar
 examples, the table, the gather, the maths, the add). Per step it gives the loop (training.train's seconds),
 each call, and *the rest*: the Python between the calls, the loop's bookkeeping and the exchange's. The rest
 runs on the rank's one Python thread whatever its budget, so it is the part of a threaded step that no
-thread count shortens; the calls' own threads and waits are bench.phases'. Runs take turns (``--repeats``
-of each thread count, then the next round), and the table shows medians.
+thread count shortens; the calls' own threads and waits are bench.phases'. Runs take turns (every thread
+count once a round, ``--repeats`` rounds), and the table shows medians.
 """
 import argparse
 import json
@@ -77,6 +77,8 @@ def run(corpus, sg, threads, out):
     if done.returncode:
         raise SystemExit(f"hvd-w2v train failed ({done.returncode}):\n{done.stderr[-2000:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if not figures["steps"]:
+        raise SystemExit(f"the job made no compiled step (hvd_w2v.native.sgns_step): {done.stderr[-2000:]}")
     per_step = {phase: s / figures["steps"] * 1e6 for phase, s in figures["calls"].items()}
     per_step["loop"] = figures["seconds"] / figures["steps"] * 1e6
     per_step["the rest"] = per_step["loop"] - sum(per_step[p] for p in PHASES)
