@@ -22,7 +22,7 @@ import time
 
 from .throughput import ROOT, one_core, prepare_corpus
 
-# The compiled calls a step makes (hvd_w2v.native's functions), by the phase bench.phases names them.
+# The compiled calls a step makes (hvd_w2v.native's functions), each under its phase's name in bench.phases.
 CALLS = {"build_examples": "examples", "step_plan": "table", "take_rows": "gather", "sgns_step": "maths",
          "add_sources": "add", "add_rows": "add"}
 PHASES = ("examples", "table", "gather", "maths", "add")
@@ -39,14 +39,14 @@ def child(argv):
     def timed(name, phase):
         call = getattr(native, name)
 
-        def run(*args, **kwargs):
+        def call_timed(*args, **kwargs):
             t = time.perf_counter()
             try:
                 return call(*args, **kwargs)
             finally:
                 seconds[phase] += time.perf_counter() - t
                 steps[0] += name == "sgns_step"
-        setattr(native, name, run)  # the trainer looks each up on the module, at every call
+        setattr(native, name, call_timed)  # the trainer looks each up on the module, at every call
 
     for name, phase in CALLS.items():
         timed(name, phase)
