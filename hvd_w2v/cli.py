@@ -18,6 +18,7 @@ import numpy as np
 
 from . import pipeline
 from .errors import UserError
+from .wording import counted
 
 EXIT_USAGE = 2
 
@@ -52,7 +53,7 @@ def cmd_check(args):
             peers = [p for p in range(comm.size) if p != r and any(local in ends[p] for local, _ in tcp)]
             print(f"rank {r}: host {host}, {threads} threads, TCP with ranks "
                   f"{', '.join(map(str, peers)) or 'none'}")
-        print(f"horovod allreduce of (rank+1) over {comm.size} rank{'s' if comm.size != 1 else ''}: {total.tolist()} "
+        print(f"horovod allreduce of (rank+1) over {counted(comm.size, 'rank')}: {total.tolist()} "
               f"(expected {comm.size * (comm.size + 1) // 2} each)")
         print("mpi4py alltoall, rank r sends 100*r + d to rank d; received per rank:")
         for r, row in enumerate(rows):

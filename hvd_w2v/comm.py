@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UserError
+from .wording import counted
 
 
 @dataclass
@@ -393,9 +394,9 @@ def layout(comm):
     for r, h in enumerate(hosts):
         by_host.setdefault(h, []).append(r)
     threads = sorted({t for _, t in found})
-    each = (f"{threads[0]} thread{'s' if threads[0] > 1 else ''} each" if len(threads) == 1
+    each = (f"{counted(threads[0], 'thread')} each" if len(threads) == 1
             else "threads " + ", ".join(str(t) for _, t in found))
-    text = (f"{comm.size} rank{'s' if comm.size > 1 else ''} on {len(by_host)} host{'s' if len(by_host) > 1 else ''} ("
+    text = (f"{counted(comm.size, 'rank')} on {counted(len(by_host), 'host')} ("
             + "; ".join(f"{h}: {_ranges(rs)}" for h, rs in by_host.items()) + f"), {each}")
     return hosts, text
 

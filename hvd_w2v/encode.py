@@ -17,6 +17,7 @@ import numpy as np
 from . import corpus
 from .errors import UserError
 from .vocab import by_hash_owner, exchange_words
+from .wording import counted
 
 SENTENCE_END = -1
 
@@ -91,7 +92,7 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None):
         except OSError as e:
             error = f"cannot write {os.path.join(outdir, 'stream.json')}: {e.strerror}"
     comm.agree(error)  # mpi4py: rank 0's outcome; on return the index is written for every rank
-    log(f"encode: {sum(parts):,} positions in {comm.size} shard{'s' if comm.size != 1 else ''} under {outdir}")
+    log(f"encode: {sum(parts):,} positions in {counted(comm.size, 'shard')} under {outdir}")
     stream, error = None, None
     try:
         stream = TokenStream(outdir)

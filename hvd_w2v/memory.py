@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from .errors import UserError
 from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, PARTIAL_BYTES, RUN_BYTES  # no TensorFlow behind them
+from .wording import counted
 
 MIB = 1 << 20
 
@@ -104,7 +105,7 @@ class MemoryPlan:
     def describe(self):
         """Two lines, MiB per rank."""
         m = lambda b: f"{b / MIB:,.0f}"  # noqa: E731
-        return (f"{m(self.total)} MiB per rank on {self.ranks} rank{'s' if self.ranks != 1 else ''} = baseline "
+        return (f"{m(self.total)} MiB per rank on {counted(self.ranks, 'rank')} = baseline "
                 f"{m(self.baseline)} + tables {m(self.tables)} + words {m(self.words)} + training {m(self.training)}\n"
                 f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
                 f"{m(self.hot)}; reading text, before it: {m(self.read)}")

@@ -14,6 +14,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .wording import counted
+
 DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
 DEFAULT_OUT = os.path.join("runs", "default")
 FORMATS = ("text", "binary")
@@ -251,8 +253,8 @@ def memory_plan(comm, cfg, voc, paths, limit=None):
             else:
                 hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
                         f"the per-word tables {mib(the_plan.tables)}")
-            error = (f"memory plan does not fit: {mib(the_plan.total)} per rank planned on {comm.size} "
-                     f"rank{'s' if comm.size != 1 else ''} ({voc.size:,} words, dim {cfg.dim}), limit {mib(cap)} "
+            error = (f"memory plan does not fit: {mib(the_plan.total)} per rank planned on "
+                     f"{counted(comm.size, 'rank')} ({voc.size:,} words, dim {cfg.dim}), limit {mib(cap)} "
                      f"per rank from {source}; {hint}")
     comm.agree(error)  # every rank leaves together, before any matrix is allocated
     return the_plan
@@ -295,7 +297,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
                 f"the vectors are exported from it")
         elif resumed:
             say(f"resume: step {resumed.step:,} of {resumed.total_steps:,} from {resumed.path} "
-                f"(written on {resumed.ranks} rank{'s' if resumed.ranks != 1 else ''})")
+                f"(written on {counted(resumed.ranks, 'rank')})")
         else:
             say(f"resume: no checkpoint under {saver.root}; starting at step 0")
     elif comm.rank == 0 and checkpoint.scan(saver.root):

@@ -22,6 +22,7 @@ import time
 
 from . import checkpoint
 from .errors import UserError
+from .wording import counted
 
 RECORD = "run.json"
 CHECKPOINTS = "checkpoints"
@@ -147,8 +148,8 @@ class Model:
 
     def describe(self):
         m = self.manifest
-        return (f"checkpoint {self.path}: step {m['step']:,} of {m['total_steps']:,}, written on {m['ranks']} "
-                f"rank{'s' if m['ranks'] != 1 else ''}; {self.plan.vocab_size:,} words of {m['dim']} dimensions, "
+        return (f"checkpoint {self.path}: step {m['step']:,} of {m['total_steps']:,}, written on "
+                f"{counted(m['ranks'], 'rank')}; {self.plan.vocab_size:,} words of {m['dim']} dimensions, "
                 f"{self.plan}")
 
 
@@ -311,7 +312,7 @@ def describe(path, verify=False):
                 extra = (f", {record['seconds']:,.1f} s, {record.get('words_per_second', 0):,.0f} words/s, "
                          f"final loss {record.get('final_loss', float('nan')):.4f}")
             ranks = record.get("ranks", "?")
-            lines.append(f"  state: {state}, {where} on {ranks} rank{'' if ranks == 1 else 's'}{extra} ({RECORD}, "
+            lines.append(f"  state: {state}, {where} on {counted(ranks, 'rank')}{extra} ({RECORD}, "
                          f"{record.get('updated', '')})")
             stall = record.get("stall")
             if state == "stalled" and isinstance(stall, dict):
@@ -359,7 +360,7 @@ def describe(path, verify=False):
         nbytes = sum(x["bytes"] for x in files)
         lines.append(f"checkpoint {folder}:")
         lines.append(f"  step {m['step']:,} of {m['total_steps']:,} ({m['step'] / m['total_steps']:.1%}), "
-                     f"written on {m['ranks']} rank{'s' if m['ranks'] != 1 else ''} at {m.get('written', '?')}")
+                     f"written on {counted(m['ranks'], 'rank')} at {m.get('written', '?')}")
         lines.append(f"  vocabulary {m['vocab']['size']:,} words (vocab.txt sha256 {m['vocab']['sha256'][:16]}...), "
                      f"dim {m['dim']}, {m['stream_length']:,} positions")
         if not is_run or m["config"] != (record or {}).get("config"):  # not the same as run.json's again

@@ -3,6 +3,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .wording import counted
+
 
 @dataclass(frozen=True)
 class RowPlan:
@@ -42,5 +44,5 @@ class RowPlan:
 
     def __str__(self):
         counts = [self.rows(r) for r in range(self.ranks)]
-        ranks = f"{self.ranks} rank{'s' if self.ranks != 1 else ''}"
-        return f"RowPlan({self.vocab_size:,} words over {ranks}: rows per rank {min(counts):,}..{max(counts):,})"
+        return (f"RowPlan({self.vocab_size:,} words over {counted(self.ranks, 'rank')}: rows per rank "
+                f"{min(counts):,}..{max(counts):,})")

@@ -37,6 +37,7 @@ import numpy as np
 from . import corpus
 from .errors import UserError
 from .shard import RowPlan
+from .wording import counted
 
 NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
 
@@ -236,8 +237,7 @@ def build(comm, paths, cfg, log=lambda m: None):
     size = comm.allreduce(len(mine))
     if size < comm.size:
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
-                        f"{comm.size} rank{'s' if comm.size != 1 else ''}; lower --min-count, use a larger corpus or "
-                        f"fewer ranks")
+                        f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
     my_ids, runs = agree_ids(comm, np.array([c for _, c in mine], dtype=np.int64),
                              np.fromiter((hash64(w) for w, _ in mine), dtype=np.uint64, count=len(mine)), cfg.sample)

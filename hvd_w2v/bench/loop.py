@@ -21,6 +21,7 @@ import sys
 import time
 
 from .throughput import ROOT, one_core, prepare_corpus
+from ..wording import counted
 
 # The compiled calls a step makes (hvd_w2v.native's functions), each under its phase's name in bench.phases.
 CALLS = {"build_examples": "examples", "step_plan": "table", "take_rows": "gather", "sgns_step": "maths",
@@ -108,7 +109,7 @@ def main(argv=None):
             for t in counts:
                 runs[t].append(run(corpus, sg, t, os.path.join(args.out, f"run-{t}")))
         med = {t: {row: statistics.median(r[row] for r in runs[t]) for row in rows} for t in counts}
-        head = "".join(f"{f'{t} thread' + ('s' if t > 1 else ''):>12}{'ratio':>7}" for t in counts)
+        head = "".join(f"{counted(t, 'thread'):>12}{'ratio':>7}" for t in counts)
         print(f"\n{'skip-gram' if sg else 'CBOW':<10}{head}")
         for row in rows:
             print(f"{row:<10}" + "".join(f"{med[t][row]:>12,.0f}{med[counts[0]][row] / med[t][row]:>6.2f}x"

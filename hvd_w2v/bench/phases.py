@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from .throughput import prepare_corpus
+from ..wording import counted
 
 PHASES = ("examples", "table", "gather", "maths", "add")
 WARM_UP = 20
@@ -164,7 +165,7 @@ def main(argv=None):
     for sg in (True, False):
         results = {t: measure(corpus, sg, t, args.steps, args.batch_words) for t in counts}
         base = results[counts[0]]
-        head = "".join(f"{f'{t} thread' + ('s' if t > 1 else ''):>12}{'ratio':>7}" for t in counts)
+        head = "".join(f"{counted(t, 'thread'):>12}{'ratio':>7}" for t in counts)
         print(f"\n{'skip-gram' if sg else 'CBOW':<10}{head}")
         for phase in (*PHASES, "step"):
             row = f"{phase:<10}"
@@ -175,7 +176,7 @@ def main(argv=None):
             print(row)
         if args.builder_thread:
             print(f"\n{'whole steps':<22}{'us':>8}{'ratio':>7}")
-            ways = [(f"in turn, {t} thread{'s' if t > 1 else ''}", t, False) for t in counts]
+            ways = [(f"in turn, {counted(t, 'thread')}", t, False) for t in counts]
             ways += [(f"builder thread + {t}", t, True) for t in sorted({1, max(max(counts) - 1, 1)})]
             ref = None
             for name, t, ahead in ways:

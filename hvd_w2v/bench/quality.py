@@ -28,6 +28,7 @@ import time
 
 from .gensim_scores import scores
 from .throughput import prepare_corpus
+from ..wording import counted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -101,7 +102,7 @@ def main(argv=None):
             for ranks in args.ranks:
                 out = os.path.abspath(os.path.join(args.out, f"hvd-{arch}-{ranks}-seed{seed}"))
                 seconds = train_hvd(corpus, arch, args.epochs, ranks, seed, out, args.hvd_option)
-                rows.setdefault((arch, f"hvd-w2v, {ranks} rank{'s' if ranks > 1 else ''}"), []).append(
+                rows.setdefault((arch, f"hvd-w2v, {counted(ranks, 'rank')}"), []).append(
                     (seconds, *scores(os.path.join(out, "vectors.bin"), args.eval_dir)))
     seeds = f"seed {args.seeds[0]}" if len(args.seeds) == 1 else \
         f"seeds {' '.join(map(str, args.seeds))}: mean (range)"

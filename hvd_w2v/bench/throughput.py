@@ -36,6 +36,7 @@ import time
 
 from . import plots
 from ..config import Config
+from ..wording import counted
 
 CEILING = "no exchange"  # the trainer name of run_halves' row
 THREADS = "threads"  # the trainer name of the rows of 1 rank with n threads
@@ -167,7 +168,7 @@ def plot(out, runs, med, peak, about):
         return
     ranks = [n for name, n in runs if name == "hvd-w2v"]  # the no-exchange pair is a reference line
     gensim = [n for name, n in runs if name == "gensim"]
-    worker = lambda n: f"gensim, {n} worker{'s' if n > 1 else ''}"  # noqa: E731
+    worker = lambda n: f"gensim, {counted(n, 'worker')}"  # noqa: E731
     print("plot: " + plots.rank_scaling(
         os.path.join(out, "throughput.png"), f"Throughput: {about}", ranks,
         {"hvd-w2v": [med(("hvd-w2v", n), "words_per_s") for n in ranks]}, "words per second (raw corpus tokens)",
@@ -238,7 +239,7 @@ def main(argv=None):
         t = (name, n)
         wps = med(t, "words_per_s")
         label = ("2 x 1 rank, no exchange" if name == CEILING else f"hvd-w2v, 1 rank x {n} threads" if name == THREADS
-                 else f"{name}, {n} {'worker' if name == 'gensim' else 'rank'}{'s' if n > 1 else ''}")
+                 else f"{name}, {counted(n, 'worker' if name == 'gensim' else 'rank')}")
         if name == "gensim":
             print(f"{label:28} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
             continue
