@@ -5,13 +5,15 @@
 //     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
 //     operation the one numpy does, in the same order and precision: the same examples, bit for bit.
 //   hvd_w2v_step_plan: training.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
-//     owner, each example's slots in that table, and the SGD-update count of each row.
+//     owner (within an owner, by a class of keys that splits the work over the threads), each example's slots
+//     in that table, and the SGD-update count of each row.
 // tests/test_batches.py holds both to numpy. Called through ctypes by hvd_w2v/native.py, which checks the
 // arrays first; built there with g++ (-ffp-contract=off: no fused multiply-adds, which round differently).
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -177,98 +179,145 @@ struct Modulo {
   double reciprocal;
 };
 
-// The sights of centres [lo, hi) numbered by ``number``, first sight first: each sight's number into
-// sight[i * (width + 1 + negative) + slot] (-1: no context word), the SGD updates each number sums into
-// ``weight`` and each number's owner into ``owner`` (computed once per key, not per sight).
-void number_sights(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
-                   int64_t hi, int64_t width, int64_t negative, int64_t sg, int64_t ranks, int64_t n_hot,
-                   KeyNumbers& number, int32_t* sight, std::vector<double>& weight, std::vector<int64_t>& owner) {
+// The table lists an owner's keys class by class, each class in the step's first-sight order; a key's class
+// is its id's low bits (both rows of a word in one class). The thread t of a team of T numbers the classes
+// c with c % T == t, so that the threads split the numbering by key, each in its own table, with nothing to
+// join, and the order does not depend on T: the same table on any thread count. (The ids are in count
+// order, so the low bits share the frequent words, most of the sights, out evenly.)
+constexpr int64_t KEY_CLASSES = 64;
+inline int64_t id_class(int64_t id) { return id & (KEY_CLASSES - 1); }
+
+// One thread's classes of a step's keys: numbered (``number``: its keys by number) by first sight over the
+// whole step, each sight's number (``sight``, for sights of these classes alone: the threads' sights lie
+// apart, so that no two threads write one cache line), the SGD updates each number sums (``weight``), and
+// each number's owner, then its slot in the step's table; its keys' count by class and owner, then where
+// each class's keys of an owner go next in the table (``next``: each thread's own, so that none writes a
+// cache line of another's).
+struct ClassKeys {
+  ClassKeys(int64_t expected, int64_t sights) : number(expected), sight(new int32_t[sights]) {}
+  KeyNumbers number;
+  std::unique_ptr<int32_t[]> sight;
+  std::vector<double> weight;
+  std::vector<int32_t> owner, slot;
+  std::vector<int64_t> next;
+};
+
+// Calls visit(key, at, updates) for every sight of centres [lo, hi) in order: its key, its place among the
+// sights (i * (width + 1 + negative) + slot: the context slots of a centre, then its targets; empty context
+// slots are skipped) and the SGD updates it gives its row.
+template <class Visit>
+void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
+                    int64_t hi, int64_t width, int64_t negative, int64_t sg, Visit&& visit) {
   const int64_t targets = 1 + negative, slots = width + targets;
-  weight.assign((hi - lo) * slots, 0.0);
   for (int64_t i = lo; i < hi; ++i) {
-    int32_t* at = sight + i * slots;
     int64_t have = 0;
     for (int64_t j = 0; j < width; ++j) {
       const int64_t id = contexts[i * width + j];
-      if (id < 0) {
-        at[j] = -1;
-        continue;
-      }
+      if (id < 0) continue;
       ++have;
-      weight[at[j] = static_cast<int32_t>(number(2 * id))] += 1;  // one update of the context's W_in row
+      visit(2 * id, i * slots + j, 1);  // one update of the context's W_in row
     }
     // An output row gets one update per (context, target) pair in skip-gram, one per example in CBOW; a
     // noise word equal to the centre is skipped, as word2vec.c does.
-    const double per = sg ? have : 1;
+    const int32_t per = sg ? have : 1;
     for (int64_t k = 0; k < targets; ++k) {
       const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
-      const bool skipped = k && id == centres[i];
-      weight[at[width + k] = static_cast<int32_t>(number(2 * id + 1))] += skipped ? 0 : per;
+      visit(2 * id + 1, i * slots + width + k, k && id == centres[i] ? 0 : per);
     }
   }
-  owner.resize(number.keys.size());
+}
+
+// A sight dealt to the thread of its key's class.
+struct Sight {
+  int64_t key;
+  int32_t at, updates;
+};
+
+// One thread's sights of a range of centres, dealt by class to the ``team`` threads: thread u's are
+// sights[u * room, u * room + count[u]), kept from call to call (grown, never shrunk), so that a step does
+// not fault in fresh pages.
+struct Dealt {
+  std::vector<Sight>& sights = buffer();
+  std::vector<int64_t> count;
+  int64_t room = 0;
+
+  void deal(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo, int64_t hi,
+            int64_t width, int64_t negative, int64_t sg, int team) {
+    room = (hi - lo) * (width + 1 + negative);
+    if (static_cast<int64_t>(sights.size()) < team * room) sights.resize(team * room);
+    count.assign(team, 0);
+    for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg, [&](int64_t key, int64_t at,
+                                                                                  int32_t updates) {
+      const int64_t u = id_class(key >> 1) % team;  // no branch: whose sight it is follows no pattern
+      sights[u * room + count[u]++] = Sight{key, static_cast<int32_t>(at), updates};
+    });
+  }
+
+ private:
+  static std::vector<Sight>& buffer() {
+    static thread_local std::vector<Sight> sights;
+    return sights;
+  }
+};
+
+// The number of ``key`` in ``share`` (numbering it if it is new) with its sight and SGD updates recorded.
+inline void number_sight(ClassKeys& share, int64_t key, int64_t at, int32_t updates) {
+  const int64_t g = share.number(key);
+  if (g == static_cast<int64_t>(share.weight.size())) share.weight.push_back(0.0);
+  share.weight[g] += updates;
+  share.sight[at] = static_cast<int32_t>(g);
+}
+
+// Each of ``share``'s keys' owner (hot: ``ranks``), counted into share.next[class / team * (ranks + 1) +
+// owner]: a row for each class of its thread's.
+void count_owners(ClassKeys& share, int64_t ranks, int64_t n_hot, int team) {
   const Modulo rank_of(ranks);
-  for (size_t k = 0; k < number.keys.size(); ++k) {
-    const int64_t id = number.keys[k] >> 1;
-    owner[k] = id < n_hot ? ranks : rank_of(id);
+  std::vector<int64_t>& count = share.next;
+  count.assign((KEY_CLASSES + team - 1) / team * (ranks + 1), 0);
+  const std::vector<int64_t>& keys = share.number.keys;
+  share.owner.resize(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const int64_t id = keys[k] >> 1;
+    share.owner[k] = static_cast<int32_t>(id < n_hot ? ranks : rank_of(id));
+    ++count[id_class(id) / team * (ranks + 1) + share.owner[k]];
   }
 }
 
-// The slots of centres [lo, hi): each sight's number (``sight``, as number_sights wrote it) through
-// ``slot_of`` into ctx[i, width] and tgt[i, targets], ``none`` for no context word.
-void write_slots(const int32_t* sight, const int32_t* slot_of, int32_t none, int64_t lo, int64_t hi,
-                 int64_t width, int64_t targets, int32_t* ctx, int32_t* tgt) {
+// ``share``'s keys into their slots of the table: keys[s], their SGD counts sgd[s], and share.slot, from
+// share.next[class / team * (ranks + 1) + owner]: where each class's keys of an owner go next. (The counts are
+// whole numbers, in doubles, so the float32 values are exact.)
+void place(ClassKeys& share, int64_t ranks, int team, int64_t* keys, float* sgd) {
+  std::vector<int64_t>& next = share.next;
+  const std::vector<int64_t>& mine = share.number.keys;
+  share.slot.resize(mine.size());
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const int64_t s = next[id_class(mine[k] >> 1) / team * (ranks + 1) + share.owner[k]]++;
+    share.slot[k] = static_cast<int32_t>(s);
+    keys[s] = mine[k];
+    sgd[s] = static_cast<float>(share.weight[k]);
+  }
+}
+
+// The slots of centres [lo, hi): each sight's number through the slots of the share that numbered it
+// (``shares``, by class: ``team`` threads, class c's is c % team) into ctx[i, width] and tgt[i, targets],
+// ``none`` for no context word.
+void write_slots(const int64_t* centres, const int64_t* contexts, const int64_t* negatives,
+                 const std::vector<ClassKeys*>& shares, int32_t none, int64_t lo, int64_t hi, int64_t width,
+                 int64_t negative, int32_t* ctx, int32_t* tgt) {
+  const int64_t targets = 1 + negative, slots = width + targets, team = shares.size();
+  const int32_t *sight_of[KEY_CLASSES], *slot_of[KEY_CLASSES];
+  for (int64_t c = 0; c < KEY_CLASSES; ++c)
+    sight_of[c] = shares[c % team]->sight.get(), slot_of[c] = shares[c % team]->slot.data();
   for (int64_t i = lo; i < hi; ++i) {
-    const int32_t* at = sight + i * (width + targets);
-    for (int64_t j = 0; j < width; ++j) ctx[i * width + j] = at[j] < 0 ? none : slot_of[at[j]];
-    for (int64_t k = 0; k < targets; ++k) tgt[i * targets + k] = slot_of[at[width + k]];
-  }
-}
-
-// The step's table from its ranges' numbers (number_sights): range 0's numbers (``number``, its KeyNumbers)
-// are the step's, and every later range's keys join them, range by range, in their order: the first-sight
-// order of the whole step. Writes the unique keys grouped by owner (a counting sort) into keys, each owner's
-// count into owned[ranks + 1], each key's SGD-update count into sgd, and each range's number -> slot in keys
-// into slot_of; returns the unique keys' count. (The counts are whole numbers, in doubles, so summing them
-// range by range changes no value.)
-int64_t join_ranges(KeyNumbers& number, const std::vector<const std::vector<int64_t>*>& range_keys,
-                    std::vector<std::vector<double>>& range_weight,
-                    std::vector<std::vector<int64_t>>& range_owner, int64_t ranks, int64_t* keys, int64_t* owned,
-                    float* sgd, std::vector<std::vector<int32_t>>& slot_of) {
-  const int team = static_cast<int>(range_keys.size());
-  std::vector<double>& weight = range_weight[0];  // range 0's, grown into the step's (zeros past its keys)
-  std::vector<int64_t>& owner = range_owner[0];
-  std::vector<std::vector<int64_t>> joined(team);  // a later range's number -> the step's number
-  for (int r = 1; r < team; ++r) {
-    const std::vector<int64_t>& theirs = *range_keys[r];
-    joined[r].resize(theirs.size());
-    for (size_t k = 0; k < theirs.size(); ++k) {
-      const int64_t g = number(theirs[k]);
-      if (g == static_cast<int64_t>(owner.size())) {
-        owner.push_back(range_owner[r][k]);
-        if (g >= static_cast<int64_t>(weight.size())) weight.resize(g + 1, 0.0);
-      }
-      weight[g] += range_weight[r][k];
-      joined[r][k] = g;
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t id = contexts[i * width + j];
+      ctx[i * width + j] = id < 0 ? none : slot_of[id_class(id)][sight_of[id_class(id)][i * slots + j]];
+    }
+    for (int64_t k = 0; k < targets; ++k) {
+      const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
+      tgt[i * targets + k] = slot_of[id_class(id)][sight_of[id_class(id)][i * slots + width + k]];
     }
   }
-  const int64_t unique = number.keys.size();
-  std::fill(owned, owned + ranks + 1, 0);
-  for (int64_t k = 0; k < unique; ++k) ++owned[owner[k]];
-  std::vector<int64_t> next(ranks + 1, 0);
-  for (int64_t r = 1; r <= ranks; ++r) next[r] = next[r - 1] + owned[r - 1];
-  slot_of[0].resize(unique);
-  for (int64_t k = 0; k < unique; ++k) {
-    const int64_t s = next[owner[k]]++;
-    slot_of[0][k] = static_cast<int32_t>(s);
-    keys[s] = number.keys[k];
-    sgd[s] = static_cast<float>(weight[k]);
-  }
-  for (int r = 1; r < team; ++r) {
-    slot_of[r].resize(joined[r].size());
-    for (size_t k = 0; k < joined[r].size(); ++k) slot_of[r][k] = slot_of[0][joined[r][k]];
-  }
-  return unique;
 }
 
 }  // namespace
@@ -333,50 +382,66 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
 
 // training.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
 // negatives[n, negative]) on ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
-// Writes the unique keys (2 id + matrix) grouped by owner, in order of first sight within an owner, to
-// keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each key to sgd[U], and the
-// slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row: U + 1 rounded up to
-// row_bucket, less one) where there is no context word and in the rows past n. Returns U; keys and sgd need
-// room for every occurrence. (numpy sorts the keys within an owner too; no sum depends on that order.)
-// On ``threads`` threads: each numbers the keys of a range of the centres by first sight within it; thread 0
-// then numbers every later range's keys, range by range in their order, after its own, which is the first
-// sight order of the whole step; then each writes the slots of its range. So the table is the same, byte for
-// byte, on any thread count. (Numbering is the cost: the join looks up each range's unique keys once, about
-// a quarter of its sights.)
+// Writes the unique keys (2 id + matrix) grouped by owner, within an owner class by class (id_class) and each
+// class in first-sight order, to keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each
+// key to sgd[U], and the slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row:
+// U + 1 rounded up to row_bucket, less one) where there is no context word and in the rows past n. Returns U;
+// keys and sgd need room for every occurrence. (numpy sorts the keys within an owner; no sum depends on that
+// order.) On ``threads`` threads: each deals the sights of a range of the centres to the threads of their
+// classes; each numbers the sights dealt to it, range by range (the step's order), and counts its keys by
+// class and owner; once one thread has turned the counts into places, each puts its keys in them; then each
+// writes the slots of its range. The same table, byte for byte, on any thread count.
 int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t n,
                           int64_t width, int64_t negative, int64_t ranks, int64_t n_hot, int64_t sg,
                           int64_t row_bucket, int64_t n_pad, int64_t* keys, int64_t* owned, int32_t* ctx,
                           int32_t* tgt, float* sgd, int64_t threads) {
   const int64_t targets = 1 + negative, slots = width + targets;
   const int team = n >= MIN_PARALLEL_CENTRES ? static_cast<int>(std::max<int64_t>(threads, 1)) : 1;
-  // Each sight's number within its range (-1: no context word), the context slots of a centre then its targets.
-  std::vector<int32_t> sight(n * slots);
-  std::vector<const std::vector<int64_t>*> range_keys(team);  // each range's keys, by its numbers
-  std::vector<std::vector<double>> range_weight(team);        // SGD updates per number of each range
-  std::vector<std::vector<int64_t>> range_owner(team);        // the owner of each range's keys, by number
-  std::vector<std::vector<int32_t>> slot_of(team);            // a range's number -> the key's slot in keys
+  std::vector<ClassKeys*> shares(team);
+  std::vector<Dealt*> dealing(team);
   int64_t unique = 0;
   int32_t none = 0;
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int t = team > 1 ? omp_get_thread_num() : 0;
-    const int64_t lo = n * t / team, hi = n * (t + 1) / team;
-    KeyNumbers number((hi - lo) / 4);  // keys past the dense ones: a few of the about 4 unique keys per centre
-    number_sights(centres, contexts, negatives, lo, hi, width, negative, sg, ranks, n_hot, number,
-                  sight.data(), range_weight[t], range_owner[t]);
-    range_keys[t] = &number.keys;
+    ClassKeys share(n / (4 * team), n * slots);  // past the dense keys: a few of the about 4 unique a centre
+    shares[t] = &share;
+    auto number = [&share](int64_t key, int64_t at, int32_t updates) { number_sight(share, key, at, updates); };
+    Dealt dealt;
+    if (team == 1) {
+      for_each_sight(centres, contexts, negatives, 0, n, width, negative, sg, number);
+    } else {  // each deals its range's sights to their classes' threads; each numbers those dealt to it in order
+      dealing[t] = &dealt;
+      dealt.deal(centres, contexts, negatives, n * t / team, n * (t + 1) / team, width, negative, sg, team);
 #pragma omp barrier
-#pragma omp master
-    {
-      unique = join_ranges(number, range_keys, range_weight, range_owner, ranks, keys, owned, sgd, slot_of);
-      none = static_cast<int32_t>((unique + 1 + row_bucket - 1) / row_bucket * row_bucket - 1);
+      for (const Dealt* from : dealing)
+        for (const Sight *s = from->sights.data() + t * from->room, *end = s + from->count[t]; s < end; ++s)
+          number(s->key, s->at, s->updates);
     }
+    count_owners(share, ranks, n_hot, team);
 #pragma omp barrier
-    write_slots(sight.data(), slot_of[t].data(), none, lo, hi, width, targets, ctx, tgt);
+#pragma omp single
+    {
+      std::fill(owned, owned + ranks + 1, 0);
+      for (int64_t o = 0, at = 0; o <= ranks; ++o)
+        for (int64_t c = 0; c < KEY_CLASSES; ++c) {
+          int64_t& next = shares[c % team]->next[c / team * (ranks + 1) + o];
+          const int64_t here = next;
+          next = at;
+          at += here, owned[o] += here;
+        }
+      for (const ClassKeys* s : shares) unique += s->number.keys.size();
+      none = static_cast<int32_t>((unique + 1 + row_bucket - 1) / row_bucket * row_bucket - 1);
+    }  // (the implicit barrier of single)
+    place(share, ranks, team, keys, sgd);
+#pragma omp barrier
+    write_slots(centres, contexts, negatives, shares, none, n * t / team, n * (t + 1) / team, width,
+                negative, ctx, tgt);
     if (t == team - 1) {  // the padding centres, past n
       std::fill(ctx + n * width, ctx + n_pad * width, none);
       std::fill(tgt + n * targets, tgt + n_pad * targets, none);
     }
+#pragma omp barrier  // each thread's share and dealt sights live on its stack until all have read them
   }
   return unique;
 }

@@ -155,7 +155,7 @@ def test_the_compiled_step_plan_numbers_rare_words_as_numpy(builder, monkeypatch
 @pytest.mark.parametrize("threads", [2, 3, 8])
 @pytest.mark.parametrize("ranks, n_hot", [(1, 0), (3, 40)])
 def test_the_compiled_step_plan_on_threads_is_the_same(builder, ranks, n_hot, threads):
-    """The step's table numbered on several threads (ranges of centres, joined in order): the same arrays,
+    """The step's table numbered on several threads (each numbering its classes of keys): the same arrays,
     element for element, as on one thread, keys in the same order; with ids past the dense numbers (the hash
     table) and frequent ones, over several calls (each thread's dense numbers left zeros between them)."""
     from hvd_w2v.batches import Batch
