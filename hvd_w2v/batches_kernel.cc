@@ -305,19 +305,25 @@ void write_slots(const int64_t* centres, const int64_t* contexts, const int64_t*
                  const std::vector<ClassKeys*>& shares, int32_t none, int64_t lo, int64_t hi, int64_t width,
                  int64_t negative, int32_t* ctx, int32_t* tgt) {
   const int64_t targets = 1 + negative, slots = width + targets, team = shares.size();
+  auto write = [&](auto slot_of) {  // slot_of(id, at): the slot of the sight ``at``, of id's key
+    for (int64_t i = lo; i < hi; ++i) {
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t id = contexts[i * width + j];
+        ctx[i * width + j] = id < 0 ? none : slot_of(id, i * slots + j);
+      }
+      for (int64_t k = 0; k < targets; ++k)
+        tgt[i * targets + k] = slot_of(k ? negatives[i * negative + k - 1] : centres[i], i * slots + width + k);
+    }
+  };
+  if (team == 1) {  // one share: no class to look up
+    const int32_t *sight = shares[0]->sight.get(), *slot = shares[0]->slot.data();
+    write([=](int64_t, int64_t at) { return slot[sight[at]]; });
+    return;
+  }
   const int32_t *sight_of[KEY_CLASSES], *slot_of[KEY_CLASSES];
   for (int64_t c = 0; c < KEY_CLASSES; ++c)
     sight_of[c] = shares[c % team]->sight.get(), slot_of[c] = shares[c % team]->slot.data();
-  for (int64_t i = lo; i < hi; ++i) {
-    for (int64_t j = 0; j < width; ++j) {
-      const int64_t id = contexts[i * width + j];
-      ctx[i * width + j] = id < 0 ? none : slot_of[id_class(id)][sight_of[id_class(id)][i * slots + j]];
-    }
-    for (int64_t k = 0; k < targets; ++k) {
-      const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
-      tgt[i * targets + k] = slot_of[id_class(id)][sight_of[id_class(id)][i * slots + width + k]];
-    }
-  }
+  write([&](int64_t id, int64_t at) { return slot_of[id_class(id)][sight_of[id_class(id)][at]]; });
 }
 
 }  // namespace
