@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 namespace {
@@ -188,41 +187,46 @@ constexpr int64_t KEY_CLASSES = 64;
 inline int64_t id_class(int64_t id) { return id & (KEY_CLASSES - 1); }
 
 // One thread's classes of a step's keys: numbered (``number``: its keys by number) by first sight over the
-// whole step, each sight's number (``sight``, for sights of these classes alone: the threads' sights lie
-// apart, so that no two threads write one cache line), the SGD updates each number sums (``weight``), and
-// each number's owner, then its slot in the step's table; its keys' count by class and owner, then where
-// each class's keys of an owner go next in the table (``next``: each thread's own, so that none writes a
-// cache line of another's).
+// whole step; the number of each of their sights, in the order of the sights within each range of centres
+// (``numbered``, by range); the SGD updates each number sums (``weight``); each number's owner, then its slot
+// in the step's table; and its keys' count by class and owner, then where each class's keys of an owner go
+// next in the table (``next``). All of it the thread's own, so that none writes a cache line of another's.
 struct ClassKeys {
-  ClassKeys(int64_t expected, int64_t sights) : number(expected), sight(new int32_t[sights]) {}
+  ClassKeys(int64_t expected, int team) : number(expected), numbered(team) {}
   KeyNumbers number;
-  std::unique_ptr<int32_t[]> sight;
+  std::vector<std::vector<int32_t>> numbered;
   std::vector<double> weight;
   std::vector<int32_t> owner, slot;
   std::vector<int64_t> next;
+
+  // Numbers ``key``, a sight of range ``range`` giving its row ``updates`` SGD updates.
+  void see(int64_t key, int32_t updates, int range) {
+    const int64_t g = number(key);
+    if (g == static_cast<int64_t>(weight.size())) weight.push_back(0.0);
+    weight[g] += updates;
+    numbered[range].push_back(static_cast<int32_t>(g));
+  }
 };
 
-// Calls visit(key, at, updates) for every sight of centres [lo, hi) in order: its key, its place among the
-// sights (i * (width + 1 + negative) + slot: the context slots of a centre, then its targets; empty context
-// slots are skipped) and the SGD updates it gives its row.
+// Calls visit(id, key, updates) for every sight of centres [lo, hi) in order (the context slots of a centre,
+// empty ones skipped, then its targets): its word, its key and the SGD updates it gives its row.
 template <class Visit>
 void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
                     int64_t hi, int64_t width, int64_t negative, int64_t sg, Visit&& visit) {
-  const int64_t targets = 1 + negative, slots = width + targets;
   for (int64_t i = lo; i < hi; ++i) {
     int64_t have = 0;
     for (int64_t j = 0; j < width; ++j) {
       const int64_t id = contexts[i * width + j];
       if (id < 0) continue;
       ++have;
-      visit(2 * id, i * slots + j, 1);  // one update of the context's W_in row
+      visit(id, 2 * id, 1);  // one update of the context's W_in row
     }
     // An output row gets one update per (context, target) pair in skip-gram, one per example in CBOW; a
     // noise word equal to the centre is skipped, as word2vec.c does.
     const int32_t per = sg ? have : 1;
-    for (int64_t k = 0; k < targets; ++k) {
+    for (int64_t k = 0; k <= negative; ++k) {
       const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
-      visit(2 * id + 1, i * slots + width + k, k && id == centres[i] ? 0 : per);
+      visit(id, 2 * id + 1, k && id == centres[i] ? 0 : per);
     }
   }
 }
@@ -230,43 +234,31 @@ void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64
 // A sight dealt to the thread of its key's class.
 struct Sight {
   int64_t key;
-  int32_t at, updates;
+  int32_t updates;
 };
 
-// One thread's sights of a range of centres, dealt by class to the ``team`` threads: thread u's are
-// sights[u * room, u * room + count[u]), kept from call to call (grown, never shrunk), so that a step does
-// not fault in fresh pages.
+// One thread's sights of a range of centres, dealt by class to the ``team`` threads: thread u's in
+// sights[u], in the range's order. Kept from call to call (cleared, never shrunk), so that a step neither
+// grows them nor faults in fresh pages once the first steps have.
 struct Dealt {
-  std::vector<Sight>& sights = buffer();
-  std::vector<int64_t> count;
-  int64_t room = 0;
+  std::vector<std::vector<Sight>>& sights = buffer();
 
   void deal(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo, int64_t hi,
             int64_t width, int64_t negative, int64_t sg, int team) {
-    room = (hi - lo) * (width + 1 + negative);
-    if (static_cast<int64_t>(sights.size()) < team * room) sights.resize(team * room);
-    count.assign(team, 0);
-    for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg, [&](int64_t key, int64_t at,
-                                                                                  int32_t updates) {
-      const int64_t u = id_class(key >> 1) % team;  // no branch: whose sight it is follows no pattern
-      sights[u * room + count[u]++] = Sight{key, static_cast<int32_t>(at), updates};
-    });
+    if (static_cast<int>(sights.size()) < team) sights.resize(team);
+    for (int u = 0; u < team; ++u) sights[u].clear();
+    for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg,
+                   [&](int64_t id, int64_t key, int32_t updates) {
+                     sights[id_class(id) % team].push_back(Sight{key, updates});
+                   });
   }
 
  private:
-  static std::vector<Sight>& buffer() {
-    static thread_local std::vector<Sight> sights;
+  static std::vector<std::vector<Sight>>& buffer() {
+    static thread_local std::vector<std::vector<Sight>> sights;
     return sights;
   }
 };
-
-// The number of ``key`` in ``share`` (numbering it if it is new) with its sight and SGD updates recorded.
-inline void number_sight(ClassKeys& share, int64_t key, int64_t at, int32_t updates) {
-  const int64_t g = share.number(key);
-  if (g == static_cast<int64_t>(share.weight.size())) share.weight.push_back(0.0);
-  share.weight[g] += updates;
-  share.sight[at] = static_cast<int32_t>(g);
-}
 
 // Each of ``share``'s keys' owner (hot: ``ranks``), counted into share.next[class / team * (ranks + 1) +
 // owner]: a row for each class of its thread's.
@@ -298,32 +290,36 @@ void place(ClassKeys& share, int64_t ranks, int team, int64_t* keys, float* sgd)
   }
 }
 
-// The slots of centres [lo, hi): each sight's number through the slots of the share that numbered it
-// (``shares``, by class: ``team`` threads, class c's is c % team) into ctx[i, width] and tgt[i, targets],
-// ``none`` for no context word.
+// The slots of range ``range`` of the centres, [lo, hi), into ctx[i, width] and tgt[i, 1 + negative] (``none``
+// for no context word): its sights walked in for_each_sight's order, each through the next of its range's
+// numbers in the share of its class (``shares``: ``team`` threads, class c's is c % team) to that key's slot.
 void write_slots(const int64_t* centres, const int64_t* contexts, const int64_t* negatives,
-                 const std::vector<ClassKeys*>& shares, int32_t none, int64_t lo, int64_t hi, int64_t width,
-                 int64_t negative, int32_t* ctx, int32_t* tgt) {
-  const int64_t targets = 1 + negative, slots = width + targets, team = shares.size();
-  auto write = [&](auto slot_of) {  // slot_of(id, at): the slot of the sight ``at``, of id's key
+                 const std::vector<ClassKeys*>& shares, int32_t none, int range, int64_t lo, int64_t hi,
+                 int64_t width, int64_t negative, int32_t* ctx, int32_t* tgt) {
+  const int64_t targets = 1 + negative, team = shares.size();
+  auto write = [&](auto slot_of) {  // slot_of(id): the slot of the range's next sight, of word id
     for (int64_t i = lo; i < hi; ++i) {
       for (int64_t j = 0; j < width; ++j) {
         const int64_t id = contexts[i * width + j];
-        ctx[i * width + j] = id < 0 ? none : slot_of(id, i * slots + j);
+        ctx[i * width + j] = id < 0 ? none : slot_of(id);
       }
       for (int64_t k = 0; k < targets; ++k)
-        tgt[i * targets + k] = slot_of(k ? negatives[i * negative + k - 1] : centres[i], i * slots + width + k);
+        tgt[i * targets + k] = slot_of(k ? negatives[i * negative + k - 1] : centres[i]);
     }
   };
   if (team == 1) {  // one share: no class to look up
-    const int32_t *sight = shares[0]->sight.get(), *slot = shares[0]->slot.data();
-    write([=](int64_t, int64_t at) { return slot[sight[at]]; });
+    const int32_t *number = shares[0]->numbered[range].data(), *slot = shares[0]->slot.data();
+    write([&](int64_t) { return slot[*number++]; });
     return;
   }
-  const int32_t *sight_of[KEY_CLASSES], *slot_of[KEY_CLASSES];
-  for (int64_t c = 0; c < KEY_CLASSES; ++c)
-    sight_of[c] = shares[c % team]->sight.get(), slot_of[c] = shares[c % team]->slot.data();
-  write([&](int64_t id, int64_t at) { return slot_of[id_class(id)][sight_of[id_class(id)][at]]; });
+  const int32_t* slot_of[KEY_CLASSES];
+  std::vector<const int32_t*> cursor(team);  // each share's next number of this range
+  for (int64_t u = 0; u < team; ++u) cursor[u] = shares[u]->numbered[range].data();
+  for (int64_t c = 0; c < KEY_CLASSES; ++c) slot_of[c] = shares[c % team]->slot.data();
+  write([&](int64_t id) {
+    const int64_t c = id_class(id);
+    return slot_of[c][*cursor[c % team]++];
+  });
 }
 
 }  // namespace
@@ -401,7 +397,7 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
                           int64_t width, int64_t negative, int64_t ranks, int64_t n_hot, int64_t sg,
                           int64_t row_bucket, int64_t n_pad, int64_t* keys, int64_t* owned, int32_t* ctx,
                           int32_t* tgt, float* sgd, int64_t threads) {
-  const int64_t targets = 1 + negative, slots = width + targets;
+  const int64_t targets = 1 + negative;
   const int team = n >= MIN_PARALLEL_CENTRES ? static_cast<int>(std::max<int64_t>(threads, 1)) : 1;
   std::vector<ClassKeys*> shares(team);
   std::vector<Dealt*> dealing(team);
@@ -410,19 +406,21 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int t = team > 1 ? omp_get_thread_num() : 0;
-    ClassKeys share(n / (4 * team), n * slots);  // past the dense keys: a few of the about 4 unique a centre
+    ClassKeys share(n / (4 * team), team);  // hashed keys: a few of the about 4 unique keys a centre
     shares[t] = &share;
-    auto number = [&share](int64_t key, int64_t at, int32_t updates) { number_sight(share, key, at, updates); };
     Dealt dealt;
     if (team == 1) {
-      for_each_sight(centres, contexts, negatives, 0, n, width, negative, sg, number);
+      share.numbered[0].reserve(n * (width + targets));
+      for_each_sight(centres, contexts, negatives, 0, n, width, negative, sg,
+                     [&share](int64_t, int64_t key, int32_t updates) { share.see(key, updates, 0); });
     } else {  // each deals its range's sights to their classes' threads; each numbers those dealt to it in order
       dealing[t] = &dealt;
       dealt.deal(centres, contexts, negatives, n * t / team, n * (t + 1) / team, width, negative, sg, team);
 #pragma omp barrier
-      for (const Dealt* from : dealing)
-        for (const Sight *s = from->sights.data() + t * from->room, *end = s + from->count[t]; s < end; ++s)
-          number(s->key, s->at, s->updates);
+      for (int r = 0; r < team; ++r) {
+        share.numbered[r].reserve(dealing[r]->sights[t].size());
+        for (const Sight& s : dealing[r]->sights[t]) share.see(s.key, s.updates, r);
+      }
     }
     count_owners(share, ranks, n_hot, team);
 #pragma omp barrier
@@ -441,8 +439,8 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
     }  // (the implicit barrier of single)
     place(share, ranks, team, keys, sgd);
 #pragma omp barrier
-    write_slots(centres, contexts, negatives, shares, none, n * t / team, n * (t + 1) / team, width,
-                negative, ctx, tgt);
+    write_slots(centres, contexts, negatives, shares, none, t, n * t / team, n * (t + 1) / team, width, negative,
+                ctx, tgt);
     if (t == team - 1) {  // the padding centres, past n
       std::fill(ctx + n * width, ctx + n_pad * width, none);
       std::fill(tgt + n * targets, tgt + n_pad * targets, none);
