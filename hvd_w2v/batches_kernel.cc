@@ -182,7 +182,8 @@ struct Modulo {
 // is its id's low bits (both rows of a word in one class). The thread t of a team of T numbers the classes
 // c with c % T == t, so that the threads split the numbering by key, each in its own table, with nothing to
 // join, and the order does not depend on T: the same table on any thread count. (The ids are in count
-// order, so the low bits share the frequent words, most of the sights, out evenly.)
+// order, so the low bits share the frequent words, most of the sights, out evenly.) Threads past the 64th
+// number nothing; turning the counts into places visits 64 x (ranks + 1) counts a step on one thread.
 constexpr int64_t KEY_CLASSES = 64;
 inline int64_t id_class(int64_t id) { return id & (KEY_CLASSES - 1); }
 
