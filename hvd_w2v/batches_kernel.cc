@@ -189,16 +189,17 @@ inline int64_t id_class(int64_t id) { return id & (KEY_CLASSES - 1); }
 
 // One thread's classes of a step's keys: numbered (``number``: its keys by number) by first sight over the
 // whole step; the number of each of their sights, in the order of the sights within each range of centres
-// (``numbered``, by range); the SGD updates each number sums (``weight``); each number's owner, then its slot
-// in the step's table; and its keys' count by class and owner, then where each class's keys of an owner go
-// next in the table (``next``). All of it the thread's own, so that none writes a cache line of another's.
+// (``numbered``, by range); the SGD updates each number sums (``weight``); each number's cell, its class and
+// owner as an index into ``next``, and its slot in the step's table; and the keys' count by cell, then where
+// each cell's keys go next in the table (``next``). All of it the thread's own, so that none writes a cache
+// line of another's.
 struct ClassKeys {
   ClassKeys(int64_t expected, int team) : number(expected), numbered(team) {}
   KeyNumbers number;
   std::vector<std::vector<int32_t>> numbered;
   std::vector<double> weight;
-  std::vector<int32_t> owner, slot;
-  std::vector<int64_t> next;
+  std::vector<int64_t> cell, next;
+  std::vector<int32_t> slot;
 
   // Numbers ``key``, a sight of range ``range`` giving its row ``updates`` SGD updates.
   void see(int64_t key, int32_t updates, int range) {
@@ -261,30 +262,28 @@ struct Dealt {
   }
 };
 
-// Each of ``share``'s keys' owner (hot: ``ranks``), counted into share.next[class / team * (ranks + 1) +
-// owner]: a row for each class of its thread's.
+// Each of ``share``'s keys' cell, class / team * (ranks + 1) + owner (hot: owner ``ranks``; a row for each
+// class of its thread's), into share.cell, and the keys of each cell counted into share.next.
 void count_owners(ClassKeys& share, int64_t ranks, int64_t n_hot, int team) {
   const Modulo rank_of(ranks);
   std::vector<int64_t>& count = share.next;
   count.assign((KEY_CLASSES + team - 1) / team * (ranks + 1), 0);
   const std::vector<int64_t>& keys = share.number.keys;
-  share.owner.resize(keys.size());
+  share.cell.resize(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) {
     const int64_t id = keys[k] >> 1;
-    share.owner[k] = static_cast<int32_t>(id < n_hot ? ranks : rank_of(id));
-    ++count[id_class(id) / team * (ranks + 1) + share.owner[k]];
+    ++count[share.cell[k] = id_class(id) / team * (ranks + 1) + (id < n_hot ? ranks : rank_of(id))];
   }
 }
 
 // ``share``'s keys into their slots of the table: keys[s], their SGD counts sgd[s], and share.slot, from
-// share.next[class / team * (ranks + 1) + owner]: where each class's keys of an owner go next. (The counts are
-// whole numbers, in doubles, so the float32 values are exact.)
-void place(ClassKeys& share, int64_t ranks, int team, int64_t* keys, float* sgd) {
-  std::vector<int64_t>& next = share.next;
+// share.next: where each cell's keys go next. (The counts are whole numbers, in doubles, so the float32
+// values are exact.)
+void place(ClassKeys& share, int64_t* keys, float* sgd) {
   const std::vector<int64_t>& mine = share.number.keys;
   share.slot.resize(mine.size());
   for (size_t k = 0; k < mine.size(); ++k) {
-    const int64_t s = next[id_class(mine[k] >> 1) / team * (ranks + 1) + share.owner[k]]++;
+    const int64_t s = share.next[share.cell[k]]++;
     share.slot[k] = static_cast<int32_t>(s);
     keys[s] = mine[k];
     sgd[s] = static_cast<float>(share.weight[k]);
@@ -438,7 +437,7 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
       for (const ClassKeys* s : shares) unique += s->number.keys.size();
       none = static_cast<int32_t>((unique + 1 + row_bucket - 1) / row_bucket * row_bucket - 1);
     }  // (the implicit barrier of single)
-    place(share, ranks, team, keys, sgd);
+    place(share, keys, sgd);
 #pragma omp barrier
     write_slots(centres, contexts, negatives, shares, none, t, n * t / team, n * (t + 1) / team, width, negative,
                 ctx, tgt);
