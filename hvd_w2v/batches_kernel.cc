@@ -427,14 +427,13 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
 #pragma omp single
     {
       std::fill(owned, owned + ranks + 1, 0);
-      for (int64_t o = 0, at = 0; o <= ranks; ++o)
-        for (int64_t c = 0; c < KEY_CLASSES; ++c) {
+      for (int64_t o = 0; o <= ranks; ++o)
+        for (int64_t c = 0; c < KEY_CLASSES; ++c) {  // ``unique`` ends as the count of all keys
           int64_t& next = shares[c % team]->next[c / team * (ranks + 1) + o];
           const int64_t here = next;
-          next = at;
-          at += here, owned[o] += here;
+          next = unique;
+          unique += here, owned[o] += here;
         }
-      for (const ClassKeys* s : shares) unique += s->number.keys.size();
       none = static_cast<int32_t>((unique + 1 + row_bucket - 1) / row_bucket * row_bucket - 1);
     }  // (the implicit barrier of single)
     place(share, keys, sgd);
