@@ -232,8 +232,9 @@ def test_a_rank_stopped_in_a_phase_ends_the_job(corpus, tmp_path, phase, pattern
     """The rank stops itself on entering the phase (a SIGSTOP all the same): before MPI has started (the
     others wait in MPI_Init), in Horovod's start, in the vocabulary's counting and in the export."""
     out = tmp_path / "out"
-    code, output, ended, _ = run(["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, "--checkpoint-every", "0"],
-                                 env={watchdog.FAULT_ENV: f"stop:{phase}:1"})
+    # One epoch: no phase here needs the training's length, and the export comes after it.
+    code, output, ended, _ = run(["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, "--epochs", "1",
+                                  "--checkpoint-every", "0"], env={watchdog.FAULT_ENV: f"stop:{phase}:1"})
     line = stall_line(output)
     print(f"rank 1 stopped in phase {phase}: the job ended {ended:.1f} s after the stop, exit {code}\n{line}")
     assert code == watchdog.EXIT_STALLED, output[-3000:]
