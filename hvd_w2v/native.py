@@ -39,12 +39,16 @@ def wanted():
     return os.environ.get("HVD_W2V_KERNEL", "native") not in ("python", "graph")
 
 
-def build(name, extra_flags=()):
+def build(name, extra_flags=(), text=None):
     """The path of ``name``.cc (a source beside this module) built into a shared library, building it if the
-    cache has none. ``extra_flags`` go after the source. Raises OSError when g++ is missing or fails."""
+    cache has none. ``extra_flags`` go after the source. ``text`` (bytes), when given, is built in its place
+    (hvd_w2v.bench.kernels: another commit's source). Raises OSError when g++ is missing or fails."""
     source = os.path.join(HERE, f"{name}.cc")
-    with open(source, "rb") as f:
-        text = f.read()
+    if text is None:
+        with open(source, "rb") as f:
+            text = f.read()
+    else:
+        source = "-"  # g++ reads it from its standard input
     cpu = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
     key = hashlib.sha256(b"\0".join([text, cpu.encode(),
                                      " ".join([*FLAGS, *extra_flags]).encode()])).hexdigest()[:16]
@@ -57,10 +61,11 @@ def build(name, extra_flags=()):
             fd, tmp = tempfile.mkstemp(prefix=f"{name}-{key}.", suffix=".tmp", dir=folder)
             os.close(fd)
             try:
-                done = subprocess.run(["g++", *FLAGS, source, "-o", tmp, *extra_flags], capture_output=True,
-                                      text=True)
+                done = subprocess.run(["g++", *FLAGS, "-x", "c++", source, "-o", tmp, *extra_flags], input=text,
+                                      capture_output=True)
                 if done.returncode:
-                    raise OSError(f"g++ failed on {name}.cc: {done.stderr.strip()[-1000:]}")
+                    why = done.stderr.decode("utf-8", "replace").strip()[-1000:]
+                    raise OSError(f"g++ failed on {name}.cc: {why}")
                 os.chmod(tmp, 0o755)  # mkstemp's 0600 would keep other users of a shared cache out
                 os.replace(tmp, target)
             finally:
@@ -86,16 +91,21 @@ def _library(name, functions, what, restype=None, extra_flags=(), fallback="nump
             _LIBS[name] = f"HVD_W2V_KERNEL={os.environ['HVD_W2V_KERNEL']}"
             return None
         try:
-            lib = ctypes.CDLL(build(name, extra_flags))
-            for function, spec in functions.items():  # spec: argtypes, or (argtypes, its own restype)
-                getattr(lib, function).argtypes, getattr(lib, function).restype = (
-                    spec if isinstance(spec, tuple) else (spec, restype))
-            _LIBS[name] = lib
+            _LIBS[name] = declared(build(name, extra_flags), functions, restype)
         except (OSError, AttributeError, StopIteration) as e:
             _LIBS[name] = str(e)
             warn(what, e, fallback)
     lib = _LIBS[name]
     return None if isinstance(lib, str) else lib
+
+
+def declared(path, functions, restype=None):
+    """The shared library at ``path``, loaded with ``functions`` declared as _library says."""
+    lib = ctypes.CDLL(path)
+    for function, spec in functions.items():  # spec: argtypes, or (argtypes, its own restype)
+        getattr(lib, function).argtypes, getattr(lib, function).restype = (
+            spec if isinstance(spec, tuple) else (spec, restype))
+    return lib
 
 
 def unavailable(name):
@@ -252,12 +262,13 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
 BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64, P,
                                        P, P, I64, P, P, P, I64],
                      "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5 + [I64]}
+BUILDER_FLAGS = ["-ffp-contract=off"]  # no fused multiply-adds: they round otherwise than numpy's float operations
 
 
 def example_builder():
     """The library of batches_kernel.cc, or None (numpy then). Built without fused multiply-adds, so that its
     float operations round as numpy's do."""
-    return _library("batches_kernel", BUILDER_FUNCTIONS, "the compiled example builder", I64, ["-ffp-contract=off"])
+    return _library("batches_kernel", BUILDER_FUNCTIONS, "the compiled example builder", I64, BUILDER_FLAGS)
 
 
 def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, threads=1):

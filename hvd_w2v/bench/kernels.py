@@ -1,0 +1,167 @@
+"""Another commit's compiled kernels against this checkout's, in one process: the A/B of a change to them.
+
+    python -m hvd_w2v.bench.kernels 13c534e                  # the step's table and maths, 1 and 2 threads
+    python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --rounds 15
+
+A change to a kernel moves a step by a few percent, and on a shared machine whole runs move by more than that
+from one minute to the next. So this builds COMMIT's source of each kernel (``git show
+COMMIT:hvd_w2v/NAME.cc``, with native.py's flags) beside this checkout's and feeds both the same steps in
+one process: one rank's steps as bench.phases makes them (the first ``--lines`` lines), ``--rounds`` rounds,
+each library's calls on each thread count in turn, in an order rotated every round. A third library is a
+copy of this checkout's, loaded apart (the *placebo*): the same code, measured the same way, so its ratio is
+the noise of the run. A ratio is worth reading only where it stands further from 1 than the placebo's.
+
+Printed per kernel, architecture and thread count: each library's median call (the median over rounds of a
+round's median) and its speed against COMMIT's (the median over rounds of COMMIT's round median over its
+own), and whether its outputs equal COMMIT's, byte for byte, on the first step (a change meant to keep the
+arithmetic must say "same"). The kernels' C signatures must be the same in both: a changed one is refused.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+from .. import native
+from .phases import _Rank
+from .throughput import prepare_corpus
+from ..wording import counted
+
+ROOT = os.path.dirname(native.HERE)
+# name: (library, its functions as native.py declares them, the flags it is built with, the function timed)
+KERNELS = {"table": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_step_plan"),
+           "maths": ("sgns_kernel", native.STEP_FUNCTIONS, (), "hvd_w2v_sgns_step")}
+WARM_UP = 3  # calls of a round left out of its median
+
+
+def signature(text, function):
+    """``function``'s parameter list in C source ``text``, its whitespace normalised ("" if absent)."""
+    found = re.search(rf"\b{function}\s*\(([^)]*)\)", text)
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def libraries(kernel, commit, folder):
+    """{label: loaded library} of ``kernel``: COMMIT's, this checkout's and its placebo (a copy in ``folder``).
+    Raises ValueError when COMMIT has no such source or its timed function takes other arguments."""
+    name, functions, flags, function = KERNELS[kernel]
+    shown = subprocess.run(["git", "show", f"{commit}:hvd_w2v/{name}.cc"], cwd=ROOT, capture_output=True)
+    if shown.returncode:
+        raise ValueError(f"{commit} has no hvd_w2v/{name}.cc: {shown.stderr.decode().strip()}")
+    with open(os.path.join(native.HERE, f"{name}.cc")) as f:
+        ours = f.read()
+    if signature(shown.stdout.decode(), function) != signature(ours, function):
+        raise ValueError(f"{commit}'s {function} takes other arguments than this checkout's: no A/B of them")
+    own = native.build(name, flags)
+    placebo = os.path.join(folder, f"{name}-placebo.so")
+    shutil.copyfile(own, placebo)
+    return {commit: native.declared(native.build(name, flags, shown.stdout), functions, native.I64),
+            "this checkout": native.declared(own, functions, native.I64),
+            "placebo": native.declared(placebo, functions, native.I64)}
+
+
+def inputs(kernel, corpus, sg, steps):
+    """``steps`` steps' inputs of ``kernel`` and a call of it: ``(args, call)``, ``call(lib, args, threads)``
+    returning its outputs as a list of arrays."""
+    from ..config import Config
+    from ..training import CENTRE_BUCKET, ROW_BUCKET, _round_up
+
+    rank = _Rank(corpus, sg, 1, Config().batch_words)
+    batches = [rank.examples(done, 1) for done in range(min(steps, rank.steps))]
+    if kernel == "table":
+        def call(lib, b, threads):
+            return list(native.step_plan(lib, b.centres, b.contexts, b.negatives, 1, 0, sg, ROW_BUCKET,
+                                         _round_up(len(b), CENTRE_BUCKET), threads))
+        return batches, call
+    steps_in = []
+    for b in batches:
+        step = rank.table_of(b, 1)
+        steps_in.append((rank.gather(step), step.ctx, step.tgt))
+
+    def call(lib, s, threads):
+        updates, loss, count = native.sgns_step(lib, sg, *s, np.float32(rank.cfg.alpha), threads)
+        return [updates, np.array([loss, count])]
+    return steps_in, call
+
+
+def measure(libs, args, call, thread_counts, rounds):
+    """{(label, threads): [each round's median call, s]}, and {(label, threads): outputs equal the first
+    label's on the first step}."""
+    labels = list(libs)
+    same = {}
+    for threads in thread_counts:
+        first = call(libs[labels[0]], args[0], threads)
+        for label in labels:
+            got = call(libs[label], args[0], threads)
+            same[label, threads] = all(np.array_equal(a, b) for a, b in zip(got, first))
+    runs = [(label, threads) for threads in thread_counts for label in labels]
+    medians = {run: [] for run in runs}
+    for r in range(rounds):
+        for label, threads in runs[r % len(runs):] + runs[:r % len(runs)]:
+            seconds = []
+            for a in args:
+                t = time.perf_counter()
+                call(libs[label], a, threads)
+                seconds.append(time.perf_counter() - t)
+            medians[label, threads].append(statistics.median(seconds[WARM_UP:] or seconds))
+    return medians, same
+
+
+def table(title, labels, thread_counts, medians, same):
+    """The printed table of one kernel and architecture."""
+    base = labels[0]
+    lines = [f"{title:<18}" + "".join(f"{counted(t, 'thread'):>28}" for t in thread_counts),
+             f"{'':<18}" + f"{'us':>10}{'vs ' + base[:8]:>11}{'bytes':>7}" * len(thread_counts)]
+    for label in labels:
+        row = f"{label:<18}"
+        for t in thread_counts:
+            ratio = statistics.median(b / m for b, m in zip(medians[base, t], medians[label, t]))
+            row += f"{statistics.median(medians[label, t]) * 1e6:>10,.0f}{ratio:>10.3f}x"
+            row += f"{'same' if same[label, t] else 'DIFF':>7}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("commit", help="the commit whose kernels are the reference (git rev)")
+    p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=76000, help="the first LINES lines (0: all)")
+    p.add_argument("--kernels", default="table,maths", help=f"comma-separated, of {', '.join(KERNELS)}")
+    p.add_argument("--arch", choices=["sg", "cbow", "both"], default="both")
+    p.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    p.add_argument("--steps", type=int, default=60, help="steps fed to each library a round")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--out", default=os.path.join("runs", "kernels"))
+    a = p.parse_args(argv)
+    from ..config import Config
+    from ..plan import open_corpus
+
+    kernels = a.kernels.split(",")
+    if not set(kernels) <= set(KERNELS):
+        p.error(f"--kernels: of {', '.join(KERNELS)}")
+    thread_counts = [int(t) for t in a.threads.split(",")]
+    os.makedirs(a.out, exist_ok=True)
+    path = prepare_corpus(a.corpus, a.lines, a.out)
+    corpus = open_corpus([path], Config())
+    print(f"corpus {path}: one rank's steps; {a.steps} steps a round, median of {a.rounds} rounds; "
+          f"the placebo is this checkout's library loaded twice")
+    with tempfile.TemporaryDirectory() as folder:
+        for kernel in kernels:
+            try:
+                libs = libraries(kernel, a.commit, folder)
+            except ValueError as e:
+                p.exit(2, f"hvd-w2v bench.kernels: error: {e}\n")
+            for sg in {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]:
+                args, call = inputs(kernel, corpus, sg, a.steps)
+                medians, same = measure(libs, args, call, thread_counts, a.rounds)
+                print()
+                print(table(f"{kernel}, {'skip-gram' if sg else 'CBOW'}", list(libs), thread_counts, medians, same))
+
+
+if __name__ == "__main__":
+    main()
