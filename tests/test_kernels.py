@@ -17,16 +17,18 @@ def test_head_against_this_checkout_and_the_placebo(tmp_path, capsys):
     path = tmp_path / "zipf.txt"
     generate(str(path), 8000, vocab=500, pairs=10, first=20, seed=1)
     kernels.main(["HEAD", "--corpus", str(path), "--lines", "0", "--rounds", "2", "--steps", "6",
-                  "--out", str(tmp_path / "out")])
+                  "--processes", "2", "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     for kernel in kernels.KERNELS:
         for arch in ("skip-gram", "CBOW"):
             block = out.split(f"{kernel}, {arch}")[1].split("\n\n")[0].splitlines()
             rows = {line[:18].strip(): line[18:].split() for line in block[2:5]}
             assert set(rows) == {"HEAD", "this checkout", "placebo"}, block
-            for cells in rows.values():  # us, ratio, bytes for 1 and for 2 threads
-                assert len(cells) == 6 and all(re.fullmatch(r"[\d,]+", c) for c in cells[::3]), block
-                assert all(re.fullmatch(r"\d+\.\d{3}x", c) for c in cells[1::3]), block
-            assert rows["HEAD"][1::3] == ["1.000x", "1.000x"] and rows["HEAD"][2::3] == ["same", "same"], block
+            for cells in rows.values():  # us, ratio, the processes' range, bytes; for 1 and for 2 threads
+                assert len(cells) == 8 and all(re.fullmatch(r"[\d,]+", c) for c in cells[::4]), block
+                assert all(re.fullmatch(r"\d+\.\d{3}x", c) for c in cells[1::4]), block
+                assert all(re.fullmatch(r"\d+\.\d\d-\d+\.\d\d", c) for c in cells[2::4]), block
+            assert rows["HEAD"][1::4] == ["1.000x"] * 2 and rows["HEAD"][2::4] == ["1.00-1.00"] * 2, block
+            assert rows["HEAD"][3::4] == ["same", "same"], block
             # the placebo is this checkout's code: its outputs agree with HEAD's exactly when the checkout's do
-            assert rows["placebo"][2::3] == rows["this checkout"][2::3], block
+            assert rows["placebo"][3::4] == rows["this checkout"][3::4], block

@@ -1,27 +1,37 @@
 """Another commit's compiled kernels against this checkout's, in one process: the A/B of a change to them.
 
     python -m hvd_w2v.bench.kernels 13c534e                  # the step's table and maths, 1 and 2 threads
-    python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --rounds 15
+    python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --processes 5
 
 A change to a kernel moves a step by a few percent, and on a shared machine whole runs move by more than that
 from one minute to the next. So this builds COMMIT's source of each kernel (``git show
 COMMIT:hvd_w2v/NAME.cc``, with native.py's flags) beside this checkout's and feeds both the same steps in
 one process: one rank's steps as bench.phases makes them (the first ``--lines`` lines), ``--rounds`` rounds,
-each library's calls on each thread count in turn, in an order rotated every round. A third library is a
-copy of this checkout's, loaded apart (the *placebo*): the same code, measured the same way, so its ratio is
-the noise of the run. A ratio is worth reading only where it stands further from 1 than the placebo's.
+each library's calls on each thread count in turn, in an order shuffled every round (seeded): a library's
+calls can leave the allocator and the caches in a state that the next one's pay for, so no library may
+always follow the same one. A third library is a copy of this checkout's, loaded apart (the *placebo*): the
+same code, measured the same way.
 
-Printed per kernel, architecture and thread count: each library's median call (the median over rounds of a
-round's median) and its speed against COMMIT's (the median over rounds of COMMIT's round median over its
-own), and whether its outputs equal COMMIT's, byte for byte, on the first step (a change meant to keep the
-arithmetic must say "same"). The kernels' C signatures must be the same in both: a changed one is refused.
+A library also keeps a bias for the whole of a process (where its code and its buffers fell in memory): a
+copy of the same library can run slower than the original all through one process and not in the next.
+So the rounds run in ``--processes`` processes, one after the other, and the table gives the median over
+them and the lowest and highest process. A ratio is worth reading only where the placebo's range stays
+clear of it.
+
+Printed per kernel, architecture and thread count: each library's median call (over the processes, of the
+median over rounds of a round's median), its speed against COMMIT's (a process's: the median over rounds of
+COMMIT's round median over its own) and whether its outputs equal COMMIT's, byte for byte, on the first step
+in every process (a change meant to keep the arithmetic must say "same"). The kernels' C signatures must be
+the same in both: a changed one is refused.
 """
 import argparse
+import json
 import os
 import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -100,8 +110,10 @@ def measure(libs, args, call, thread_counts, rounds):
             same[label, threads] = all(np.array_equal(a, b) for a, b in zip(got, first))
     runs = [(label, threads) for threads in thread_counts for label in labels]
     medians = {run: [] for run in runs}
-    for r in range(rounds):
-        for label, threads in runs[r % len(runs):] + runs[:r % len(runs)]:
+    order = np.random.default_rng(0)
+    for _ in range(rounds):
+        for i in order.permutation(len(runs)):
+            label, threads = runs[i]
             seconds = []
             for a in args:
                 t = time.perf_counter()
@@ -111,19 +123,51 @@ def measure(libs, args, call, thread_counts, rounds):
     return medians, same
 
 
-def table(title, labels, thread_counts, medians, same):
-    """The printed table of one kernel and architecture."""
+def summary(results, labels, thread_counts):
+    """{(label, threads): (median us, median ratio to the first label, lowest, highest ratio)} over the
+    processes' ``results`` (each {(label, threads): [each round's median call, s]}): a process's ratio is the
+    median over its rounds of the reference's round median over the label's."""
+    base, out = labels[0], {}
+    for label in labels:
+        for t in thread_counts:
+            ratios = [statistics.median(b / m for b, m in zip(r[base, t], r[label, t])) for r in results]
+            us = statistics.median(statistics.median(r[label, t]) for r in results) * 1e6
+            out[label, t] = (us, statistics.median(ratios), min(ratios), max(ratios))
+    return out
+
+
+def table(title, labels, thread_counts, figures, same):
+    """The printed table of one kernel and architecture (``figures``: summary's)."""
     base = labels[0]
-    lines = [f"{title:<18}" + "".join(f"{counted(t, 'thread'):>28}" for t in thread_counts),
-             f"{'':<18}" + f"{'us':>10}{'vs ' + base[:8]:>11}{'bytes':>7}" * len(thread_counts)]
+    lines = [f"{title:<18}" + "".join(f"{counted(t, 'thread'):>40}" for t in thread_counts),
+             f"{'':<18}" + f"{'us':>9}{'vs ' + base[:8]:>12}{'processes':>13}{'bytes':>6}" * len(thread_counts)]
     for label in labels:
         row = f"{label:<18}"
         for t in thread_counts:
-            ratio = statistics.median(b / m for b, m in zip(medians[base, t], medians[label, t]))
-            row += f"{statistics.median(medians[label, t]) * 1e6:>10,.0f}{ratio:>10.3f}x"
-            row += f"{'same' if same[label, t] else 'DIFF':>7}"
+            us, ratio, low, high = figures[label, t]
+            row += f"{us:>9,.0f}{ratio:>11.3f}x{f'{low:.2f}-{high:.2f}':>13}{'same' if same[label, t] else 'DIFF':>6}"
         lines.append(row)
     return "\n".join(lines)
+
+
+def run_one(a, thread_counts, out):
+    """This process's measurements, as JSON into ``out``: [{kernel, sg, labels, rounds: [[label, threads,
+    [s, ...]], ...], same: [[label, threads, bool], ...]}, ...]."""
+    from ..config import Config
+    from ..plan import open_corpus
+
+    corpus = open_corpus([prepare_corpus(a.corpus, a.lines, a.out)], Config())
+    found = []
+    with tempfile.TemporaryDirectory() as folder:
+        for kernel in a.kernels.split(","):
+            libs = libraries(kernel, a.commit, folder)
+            for sg in {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]:
+                args, call = inputs(kernel, corpus, sg, a.steps)
+                medians, same = measure(libs, args, call, thread_counts, a.rounds)
+                found.append(dict(kernel=kernel, sg=sg, labels=list(libs),
+                                  rounds=[[*k, v] for k, v in medians.items()], same=[[*k, v] for k, v in same.items()]))
+    with open(out, "w") as f:
+        json.dump(found, f)
 
 
 def main(argv=None):
@@ -135,32 +179,43 @@ def main(argv=None):
     p.add_argument("--arch", choices=["sg", "cbow", "both"], default="both")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     p.add_argument("--steps", type=int, default=60, help="steps fed to each library a round")
-    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--rounds", type=int, default=7, help="rounds in each process")
+    p.add_argument("--processes", type=int, default=3, help="processes, one after the other")
     p.add_argument("--out", default=os.path.join("runs", "kernels"))
+    p.add_argument("--one", help=argparse.SUPPRESS)  # a process of the run: its measurements into this file
     a = p.parse_args(argv)
-    from ..config import Config
-    from ..plan import open_corpus
-
-    kernels = a.kernels.split(",")
-    if not set(kernels) <= set(KERNELS):
-        p.error(f"--kernels: of {', '.join(KERNELS)}")
     thread_counts = [int(t) for t in a.threads.split(",")]
+    if not set(a.kernels.split(",")) <= set(KERNELS):
+        p.error(f"--kernels: of {', '.join(KERNELS)}")
+    if a.one:
+        return run_one(a, thread_counts, a.one)
     os.makedirs(a.out, exist_ok=True)
-    path = prepare_corpus(a.corpus, a.lines, a.out)
-    corpus = open_corpus([path], Config())
-    print(f"corpus {path}: one rank's steps; {a.steps} steps a round, median of {a.rounds} rounds; "
-          f"the placebo is this checkout's library loaded twice")
-    with tempfile.TemporaryDirectory() as folder:
-        for kernel in kernels:
-            try:
-                libs = libraries(kernel, a.commit, folder)
-            except ValueError as e:
-                p.exit(2, f"hvd-w2v bench.kernels: error: {e}\n")
-            for sg in {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]:
-                args, call = inputs(kernel, corpus, sg, a.steps)
-                medians, same = measure(libs, args, call, thread_counts, a.rounds)
-                print()
-                print(table(f"{kernel}, {'skip-gram' if sg else 'CBOW'}", list(libs), thread_counts, medians, same))
+    for kernel in a.kernels.split(","):  # a bad commit or a changed signature: one message, before any run
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                libraries(kernel, a.commit, folder)
+        except ValueError as e:
+            p.exit(2, f"hvd-w2v bench.kernels: error: {e}\n")
+    print(f"corpus {prepare_corpus(a.corpus, a.lines, a.out)}: one rank's steps; {a.steps} steps a round, "
+          f"{a.rounds} rounds in each of {a.processes} processes; medians over the processes, and the lowest "
+          f"and highest process; the placebo is this checkout's library loaded twice", flush=True)
+    runs = []
+    for i in range(a.processes):
+        out = os.path.join(a.out, f"process-{i}.json")
+        subprocess.run([sys.executable, "-m", "hvd_w2v.bench.kernels", *(argv if argv is not None else sys.argv[1:]),
+                        "--one", out], check=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+        with open(out) as f:
+            runs.append(json.load(f))
+    for parts in zip(*runs):
+        first = parts[0]
+        results = [{(label, t): v for label, t, v in part["rounds"]} for part in parts]
+        same = {(label, t): all(v for part in parts for l2, t2, v in part["same"] if (l2, t2) == (label, t))
+                for label, t, _ in first["same"]}
+        figures = summary(results, first["labels"], thread_counts)
+        print()
+        print(table(f"{first['kernel']}, {'skip-gram' if first['sg'] else 'CBOW'}", first["labels"], thread_counts,
+                    figures, same))
 
 
 if __name__ == "__main__":
