@@ -233,10 +233,14 @@ void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64
   }
 }
 
-// A sight dealt to the thread of its key's class.
+// A sight dealt to the thread of its key's class, in 8 bytes: its key (below 2^40: ids stay below 2^39) and,
+// in the low 24 bits, the SGD updates it gives its row (at most the contexts' width). Half the 16 bytes of a
+// key and a count side by side, which the dealing writes and the numbering reads once each a sight.
 struct Sight {
-  int64_t key;
-  int32_t updates;
+  uint64_t packed;
+  Sight(int64_t key, int32_t updates) : packed(static_cast<uint64_t>(key) << 24 | static_cast<uint32_t>(updates)) {}
+  int64_t key() const { return static_cast<int64_t>(packed >> 24); }
+  int32_t updates() const { return static_cast<int32_t>(packed & 0xFFFFFF); }
 };
 
 // One thread's sights of a range of centres, dealt by class to the ``team`` threads: thread u's in
@@ -251,7 +255,7 @@ struct Dealt {
     for (int u = 0; u < team; ++u) sights[u].clear();
     for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg,
                    [&](int64_t id, int64_t key, int32_t updates) {
-                     sights[id_class(id) % team].push_back(Sight{key, updates});
+                     sights[id_class(id) % team].emplace_back(key, updates);
                    });
   }
 
@@ -387,7 +391,8 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
 // Writes the unique keys (2 id + matrix) grouped by owner, within an owner class by class (id_class) and each
 // class in first-sight order, to keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each
 // key to sgd[U], and the slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row:
-// U + 1 rounded up to row_bucket, less one) where there is no context word and in the rows past n. Returns U;
+// U + 1 rounded up to row_bucket, less one) where there is no context word and in the rows past n (ids below
+// 2^39, as training.OWNER_SHIFT has them, and width below 2^24: see Sight). Returns U;
 // keys and sgd need room for every occurrence. (numpy sorts the keys within an owner; no sum depends on that
 // order.) On ``threads`` threads: each deals the sights of a range of the centres to the threads of their
 // classes; each numbers the sights dealt to it, range by range (the step's order), and counts its keys by
@@ -419,7 +424,7 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
 #pragma omp barrier
       for (int r = 0; r < team; ++r) {
         share.numbered[r].reserve(dealing[r]->sights[t].size());
-        for (const Sight& s : dealing[r]->sights[t]) share.see(s.key, s.updates, r);
+        for (const Sight& s : dealing[r]->sights[t]) share.see(s.key(), s.updates(), r);
       }
     }
     count_owners(share, ranks, n_hot, team);

@@ -307,6 +307,8 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
     negative = negatives.shape[1]
     if not (len(centres) == n == len(negatives) and n_pad >= n and ranks >= 1 and row_bucket >= 1):
         raise ValueError("step_plan: inconsistent example arrays")
+    if width >= 1 << 24:  # the kernel deals a sight's SGD updates, at most the width, in 24 bits
+        raise ValueError(f"step_plan: contexts of width {width}: at most {(1 << 24) - 1}")
     occurrences = n * (width + 1 + negative)
     keys = np.empty(occurrences, np.int64)
     sgd = np.empty(occurrences, np.float32)
