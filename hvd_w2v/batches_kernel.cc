@@ -234,8 +234,8 @@ void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64
 }
 
 // A sight dealt to the thread of its key's class, in 8 bytes: its key (below 2^40: ids stay below 2^39) and,
-// in the low 24 bits, the SGD updates it gives its row (at most the contexts' width). Half the 16 bytes of a
-// key and a count side by side, which the dealing writes and the numbering reads once each a sight.
+// in the low 24 bits, the SGD updates it gives its row (at most the contexts' width): half the 16 bytes that
+// a key and a count side by side take, and the dealing writes every sight and the numbering reads it.
 struct Sight {
   uint64_t packed;
   Sight(int64_t key, int32_t updates) : packed(static_cast<uint64_t>(key) << 24 | static_cast<uint32_t>(updates)) {}

@@ -1,4 +1,4 @@
-"""Another commit's compiled kernels against this checkout's, in one process: the A/B of a change to them.
+"""Another commit's compiled kernels against this checkout's, fed the same steps: the A/B of a change to them.
 
     python -m hvd_w2v.bench.kernels 13c534e                  # the step's table and maths, 1 and 2 threads
     python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --processes 5
@@ -75,8 +75,8 @@ def libraries(kernel, commit, folder):
 
 
 def inputs(kernel, corpus, sg, steps):
-    """``steps`` steps' inputs of ``kernel`` and a call of it: ``(args, call)``, ``call(lib, args, threads)``
-    returning its outputs as a list of arrays."""
+    """``steps`` steps' inputs of ``kernel`` and a call of it: ``(inputs, call)``, ``call(lib, one input,
+    threads)`` returning the kernel's outputs as a list of arrays."""
     from ..config import Config
     from ..training import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
@@ -164,8 +164,8 @@ def run_one(a, thread_counts, out):
             for sg in {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]:
                 args, call = inputs(kernel, corpus, sg, a.steps)
                 medians, same = measure(libs, args, call, thread_counts, a.rounds)
-                found.append(dict(kernel=kernel, sg=sg, labels=list(libs),
-                                  rounds=[[*k, v] for k, v in medians.items()], same=[[*k, v] for k, v in same.items()]))
+                found.append(dict(kernel=kernel, sg=sg, labels=list(libs), rounds=[[*k, v] for k, v in medians.items()],
+                                  same=[[*k, v] for k, v in same.items()]))
     with open(out, "w") as f:
         json.dump(found, f)
 
@@ -210,8 +210,10 @@ def main(argv=None):
     for parts in zip(*runs):
         first = parts[0]
         results = [{(label, t): v for label, t, v in part["rounds"]} for part in parts]
-        same = {(label, t): all(v for part in parts for l2, t2, v in part["same"] if (l2, t2) == (label, t))
-                for label, t, _ in first["same"]}
+        same = {}  # the same bytes in every process
+        for part in parts:
+            for label, t, equal in part["same"]:
+                same[label, t] = same.get((label, t), True) and equal
         figures = summary(results, first["labels"], thread_counts)
         print()
         print(table(f"{first['kernel']}, {'skip-gram' if first['sg'] else 'CBOW'}", first["labels"], thread_counts,
