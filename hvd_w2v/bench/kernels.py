@@ -55,10 +55,10 @@ def signature(text, function):
     return " ".join(found.group(1).split()) if found else ""
 
 
-def libraries(kernel, commit, folder):
-    """{label: loaded library} of ``kernel``: COMMIT's, this checkout's and its placebo (a copy in ``folder``).
-    Raises ValueError when COMMIT has no such source or its timed function takes other arguments."""
-    name, functions, flags, function = KERNELS[kernel]
+def source_of(kernel, commit):
+    """COMMIT's source of ``kernel`` (bytes). Raises ValueError when COMMIT has no such source or its timed
+    function takes other arguments than this checkout's."""
+    name, _, _, function = KERNELS[kernel]
     shown = subprocess.run(["git", "show", f"{commit}:hvd_w2v/{name}.cc"], cwd=ROOT, capture_output=True)
     if shown.returncode:
         raise ValueError(f"{commit} has no hvd_w2v/{name}.cc: {shown.stderr.decode().strip()}")
@@ -66,10 +66,18 @@ def libraries(kernel, commit, folder):
         ours = f.read()
     if signature(shown.stdout.decode(), function) != signature(ours, function):
         raise ValueError(f"{commit}'s {function} takes other arguments than this checkout's: no A/B of them")
+    return shown.stdout
+
+
+def libraries(kernel, commit, folder):
+    """{label: loaded library} of ``kernel``: COMMIT's, this checkout's and its placebo (a copy in ``folder``);
+    ValueError as source_of."""
+    name, functions, flags, _ = KERNELS[kernel]
+    theirs = source_of(kernel, commit)
     own = native.build(name, flags)
     placebo = os.path.join(folder, f"{name}-placebo.so")
     shutil.copyfile(own, placebo)
-    return {commit: native.declared(native.build(name, flags, shown.stdout), functions, native.I64),
+    return {commit: native.declared(native.build(name, flags, theirs), functions, native.I64),
             "this checkout": native.declared(own, functions, native.I64),
             "placebo": native.declared(placebo, functions, native.I64)}
 
@@ -192,8 +200,7 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     for kernel in a.kernels.split(","):  # a bad commit or a changed signature: one message, before any run
         try:
-            with tempfile.TemporaryDirectory() as folder:
-                libraries(kernel, a.commit, folder)
+            source_of(kernel, a.commit)
         except ValueError as e:
             p.exit(2, f"hvd-w2v bench.kernels: error: {e}\n")
     print(f"corpus {prepare_corpus(a.corpus, a.lines, a.out)}: one rank's steps; {a.steps} steps a round, "
