@@ -114,10 +114,15 @@ inline void prefetch_centre(const float* rows, const Out& up, int d, int none, c
 }
 
 // Centres [lo, hi) of one group (ctx [n, w], tgt [n, k1]): their updates added into ``up``, their loss and
-// count into ``*loss`` and ``*count``. word2vec.c's loops (skip-gram) and its CBOW's, on the snapshot ``rows``.
+// count into ``*loss_sum`` and ``*count_sum``. word2vec.c's loops (skip-gram) and its CBOW's, on the snapshot
+// ``rows``. The sums run in locals and are stored once, at the end, in the same order of additions: the
+// chunks' sums stand side by side in one cache line, and adding into them at every pair made the cores pass
+// that line back and forth (false sharing; the bench README, "Threads inside a rank", has the maths before
+// and after).
 void centres(bool sg, const float* rows, int d, int none, float alpha, const int32_t* ctx, int w, const int32_t* tgt,
-             int k1, int64_t lo, int64_t hi, const Out& up, double* loss, double* count) {
+             int k1, int64_t lo, int64_t hi, const Out& up, double* loss_sum, double* count_sum) {
   std::vector<float> work(d), hidden(d), grad(k1);
+  double loss = *loss_sum, count = *count_sum;
   for (int64_t i = lo; i < hi; ++i) {
     const int32_t* cs = ctx + i * w;
     const int32_t* ts = tgt + i * k1;
@@ -126,7 +131,7 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
       for (int j = 0; j < w; ++j) {
         if (cs[j] == none) continue;
         const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
-        gradients(l1, rows, ts, k1, none, d, alpha, grad.data(), loss);
+        gradients(l1, rows, ts, k1, none, d, alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int k = 0; k < k1; ++k) {
           if (skipped(ts, k, none)) continue;
@@ -135,7 +140,7 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
           axpy(grad[k], l1, up.row(ts[k]), d);
         }
         axpy(1.f, work.data(), up.row(cs[j]), d);
-        *count += 1;
+        count += 1;
       }
     } else {
       int m = 0;
@@ -147,7 +152,7 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
       }
       if (m == 0) continue;  // a padding centre learns nothing
       for (int x = 0; x < d; ++x) hidden[x] /= m;
-      gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), loss);
+      gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int k = 0; k < k1; ++k) {
         if (skipped(ts, k, none)) continue;
@@ -158,9 +163,10 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
       // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
       for (int j = 0; j < w; ++j)
         if (cs[j] != none) axpy(1.f, work.data(), up.row(cs[j]), d);
-      *count += 1;
+      count += 1;
     }
   }
+  *loss_sum = loss, *count_sum = count;
 }
 
 // Each chunk's scratch, the library's, kept from call to call: fresh buffers would be fresh pages, each step
