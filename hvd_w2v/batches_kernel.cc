@@ -101,7 +101,7 @@ constexpr int64_t MIN_PARALLEL_POSITIONS = 512, MIN_PARALLEL_CENTRES = 256;
 // One thread's range of positions, subsampled: its kept occurrences (position, id, and sentence ends seen in
 // the range up to and including it), the sentence ends in the whole range, and (set when the ranges are
 // joined) where its occurrences start among all and the sentence ends before the range.
-struct Kept {
+struct alignas(64) Kept {
   std::vector<int64_t> pos, id, sentence;
   int64_t sentence_ends = 0, at = 0, sentences_before = 0;
 
@@ -124,7 +124,7 @@ struct Kept {
 };
 
 // One thread's examples: those of the kept occurrences [from, to) whose position lies in [lo, hi).
-struct Examples {
+struct alignas(64) Examples {
   std::vector<int64_t> centres, contexts, negatives;
 
   void build(const std::vector<int64_t>& kpos, const std::vector<int64_t>& kid, const std::vector<int64_t>& ksent,

@@ -1,6 +1,7 @@
 """Another commit's compiled kernels against this checkout's, fed the same steps: the A/B of a change to them.
 
     python -m hvd_w2v.bench.kernels 13c534e                  # the step's table and maths, 1 and 2 threads
+    python -m hvd_w2v.bench.kernels HEAD~1 --kernels examples    # the examples' builder
     python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --processes 5
 
 A change to a kernel moves a step by a few percent, and on a shared machine whole runs move by more than that
@@ -44,7 +45,8 @@ from ..wording import counted
 
 ROOT = os.path.dirname(native.HERE)
 # name: (library, its functions as native.py declares them, the flags it is built with, the function timed)
-KERNELS = {"table": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_step_plan"),
+KERNELS = {"examples": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_build"),
+           "table": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_step_plan"),
            "maths": ("sgns_kernel", native.STEP_FUNCTIONS, (), "hvd_w2v_sgns_step")}
 WARM_UP = 3  # calls of a round left out of its median
 
@@ -88,7 +90,22 @@ def inputs(kernel, corpus, sg, steps):
     from ..config import Config
     from ..training import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
-    rank = _Rank(corpus, sg, 1, Config().batch_words)
+    rank = _Rank(corpus, bool(sg), 1, Config().batch_words)
+    if kernel == "examples":  # batches.build's call of the builder, its positions read once
+        from .. import rng
+        from ..training import share
+
+        cfg, stream, runs = rank.cfg, corpus.stream, corpus.vocab.runs
+        reads = []
+        for done in range(min(steps, rank.steps)):
+            epoch, lo, hi = share(cfg, len(stream), done, 0, 1)
+            base = max(lo - cfg.context_span, 0)
+            keys = [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
+            reads.append((stream.read(base, hi + cfg.context_span), base, lo, hi, keys))
+
+        def call(lib, r, threads):
+            return list(native.build_examples(lib, *r, cfg.window, cfg.context_span, cfg.negative, runs, threads))
+        return reads, call
     batches = [rank.examples(done, 1) for done in range(min(steps, rank.steps))]
     if kernel == "table":
         def call(lib, b, threads):
@@ -169,7 +186,8 @@ def run_one(a, thread_counts, out):
     with tempfile.TemporaryDirectory() as folder:
         for kernel in a.kernels.split(","):
             libs = libraries(kernel, a.commit, folder)
-            for sg in {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]:
+            archs = {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]
+            for sg in [None] if kernel == "examples" else archs:  # the examples are the same for both
                 args, call = inputs(kernel, corpus, sg, a.steps)
                 medians, same = measure(libs, args, call, thread_counts, a.rounds)
                 found.append(dict(kernel=kernel, sg=sg, labels=list(libs), rounds=[[*k, v] for k, v in medians.items()],
@@ -223,8 +241,8 @@ def main(argv=None):
                 same[label, t] = same.get((label, t), True) and equal
         figures = summary(results, first["labels"], thread_counts)
         print()
-        print(table(f"{first['kernel']}, {'skip-gram' if first['sg'] else 'CBOW'}", first["labels"], thread_counts,
-                    figures, same))
+        arch = {True: ", skip-gram", False: ", CBOW", None: ""}[first["sg"]]
+        print(table(first["kernel"] + arch, first["labels"], thread_counts, figures, same))
 
 
 if __name__ == "__main__":
