@@ -1,7 +1,7 @@
 """Another commit's compiled kernels against this checkout's, fed the same steps: the A/B of a change to them.
 
-    python -m hvd_w2v.bench.kernels 13c534e                  # the step's table and maths, 1 and 2 threads
-    python -m hvd_w2v.bench.kernels HEAD~1 --kernels examples    # the examples' builder
+    python -m hvd_w2v.bench.kernels 13c534e                  # the step's examples, table and maths, 1 and 2 threads
+    python -m hvd_w2v.bench.kernels HEAD~1 --kernels examples    # the examples' builder alone
     python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --processes 5
 
 A change to a kernel moves a step by a few percent, and on a shared machine whole runs move by more than that
@@ -38,12 +38,12 @@ import time
 
 import numpy as np
 
+from . import ROOT, checkout_env
 from .. import native
 from .phases import _Rank
 from .throughput import prepare_corpus
 from ..wording import counted
 
-ROOT = os.path.dirname(native.HERE)
 # name: (library, its functions as native.py declares them, the flags it is built with, the function timed)
 KERNELS = {"examples": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_build"),
            "table": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_step_plan"),
@@ -77,7 +77,7 @@ def libraries(kernel, commit, folder):
     name, functions, flags, _ = KERNELS[kernel]
     theirs = source_of(kernel, commit)
     own = native.build(name, flags)
-    placebo = os.path.join(folder, f"{name}-placebo.so")
+    placebo = os.path.join(folder, f"{kernel}-placebo.so")  # a file of its own: one loaded is never rewritten
     shutil.copyfile(own, placebo)
     return {commit: native.declared(native.build(name, flags, theirs), functions, native.I64),
             "this checkout": native.declared(own, functions, native.I64),
@@ -201,7 +201,7 @@ def main(argv=None):
     p.add_argument("commit", help="the commit whose kernels are the reference (git rev)")
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
     p.add_argument("--lines", type=int, default=76000, help="the first LINES lines (0: all)")
-    p.add_argument("--kernels", default="table,maths", help=f"comma-separated, of {', '.join(KERNELS)}")
+    p.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated, of {', '.join(KERNELS)}")
     p.add_argument("--arch", choices=["sg", "cbow", "both"], default="both")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     p.add_argument("--steps", type=int, default=60, help="steps fed to each library a round")
@@ -229,7 +229,7 @@ def main(argv=None):
         out = os.path.join(a.out, f"process-{i}.json")
         subprocess.run([sys.executable, "-m", "hvd_w2v.bench.kernels", *(argv if argv is not None else sys.argv[1:]),
                         "--one", out], check=True,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+                       env=checkout_env())
         with open(out) as f:
             runs.append(json.load(f))
     for parts in zip(*runs):
