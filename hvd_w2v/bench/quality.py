@@ -26,11 +26,11 @@ import statistics
 import subprocess
 import time
 
+from . import ROOT, checkout_env
 from .gensim_scores import scores
 from .throughput import prepare_corpus
 from ..wording import counted
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):
@@ -55,7 +55,7 @@ def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
     if arch == "cbow":
         cmd.append("--cbow")
     t = time.monotonic()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=checkout_env())
     if done.returncode != 0:
         raise SystemExit(f"hvd-w2v failed at {ranks} ranks:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return time.monotonic() - t

@@ -30,9 +30,8 @@ import subprocess
 import sys
 import time
 
-from . import plots
+from . import ROOT, checkout_env, plots
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
 
 
@@ -105,7 +104,7 @@ def train(corpus, ranks, out, args, extra=(), preexec=None):
            "--epochs", "1", "--dim", str(args.dim), "--format", "binary", "--show", "", "--quiet", *extra]
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=preexec,
-                              timeout=args.timeout)
+                              timeout=args.timeout, env=checkout_env())
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return done.returncode, done.stdout + done.stderr

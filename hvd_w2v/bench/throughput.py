@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from . import plots
+from . import ROOT, checkout_env, plots
 from ..config import Config
 from ..wording import counted
 
@@ -43,7 +43,6 @@ THREADS = "threads"  # the trainer name of the rows of 1 rank with n threads
 # --trainers' names: trainer, n (workers, ranks or threads)
 TRAINERS = {"gensim-1": ("gensim", 1), "gensim-2": ("gensim", 2), "hvd-1": ("hvd-w2v", 1), "hvd-2": ("hvd-w2v", 2),
             "hvd-4": ("hvd-w2v", 4), "threads-2": (THREADS, 2), "pair": (CEILING, 2)}
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = dict(vector_size=100, window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
 
 
@@ -78,7 +77,7 @@ def run_hvd(corpus, ranks, epochs, sg, workdir, extra, threads=1):
     """One `hvd-w2v train` job with ``threads`` per rank; its summary lines parsed into figures."""
     cmd = [*one_core(ranks * threads), *hvd_command(corpus, ranks, epochs, sg, f"hvd-{ranks}x{threads}", workdir,
                                                     extra, threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=checkout_env())
     text = out.stdout + out.stderr
     if out.returncode:
         raise SystemExit(f"hvd-w2v failed at {ranks} ranks:\n{text[-3000:]}")
@@ -95,7 +94,8 @@ def run_halves(halves, epochs, sg, workdir, extra):
              f"--min-count={-(-option(extra, 'min-count', Config.min_count) // 2)}"]
     jobs = [subprocess.Popen(["taskset", "-c", str(core),
                               *hvd_command(half, 1, epochs, sg, f"half-{core}", workdir, extra)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                             env=checkout_env())
             for core, half in enumerate(halves)]
     texts = [job.communicate()[0] for job in jobs]
     if any(job.returncode for job in jobs):
