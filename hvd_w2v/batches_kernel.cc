@@ -336,7 +336,7 @@ extern "C" {
 // each of the first ``head`` ids. Writes up to hi - lo centres:
 // centres[n], contexts[n, 2 window] (-1: none), negatives[n, negative]; returns n. On ``threads`` threads:
 // first each subsamples a range of the positions, then each builds the examples of a range of the kept
-// occurrences; the ranges' results are joined in order, so the examples are the same on any thread count.
+// occurrences, then copies them out after the ranges before it: the examples are the same on any thread count.
 int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t lo, int64_t hi,
                       uint64_t keep_key, uint64_t window_key, uint64_t noise_key, int64_t window, int64_t span,
                       int64_t negative, int64_t runs, const int64_t* starts, const float* keep_by_run,
@@ -372,17 +372,18 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
     }
 #pragma omp barrier
     const int64_t kept = kpos.size();
-    made[t].build(kpos, kid, ksent, kept * t / team, kept * (t + 1) / team, lo, hi, window_key, noise_key, window,
-                  span, negative, runs, starts, cum, weight, guide, guide_size);
+    Examples& built = made[t];
+    built.build(kpos, kid, ksent, kept * t / team, kept * (t + 1) / team, lo, hi, window_key, noise_key, window,
+                span, negative, runs, starts, cum, weight, guide, guide_size);
+#pragma omp barrier
+    int64_t at = 0;  // where this range's examples start among all: each thread copies its own out
+    for (int64_t r = 0; r < t; ++r) at += made[r].centres.size();
+    std::copy(built.centres.begin(), built.centres.end(), centres + at);
+    std::copy(built.contexts.begin(), built.contexts.end(), contexts + at * width);
+    std::copy(built.negatives.begin(), built.negatives.end(), negatives + at * negative);
   }
   int64_t n = 0;
-  for (const Examples& e : made) {
-    const int64_t m = e.centres.size();
-    std::copy(e.centres.begin(), e.centres.end(), centres + n);
-    std::copy(e.contexts.begin(), e.contexts.end(), contexts + n * width);
-    std::copy(e.negatives.begin(), e.negatives.end(), negatives + n * negative);
-    n += m;
-  }
+  for (const Examples& e : made) n += e.centres.size();
   return n;
 }
 
