@@ -32,6 +32,12 @@ inline void add_row(float* dst, const float* src, float s, int64_t d) {
   for (int64_t j = 0; j < d; ++j) dst[j] += s * src[j];
 }
 
+// The capped add's scale of a row that sums m SGD updates: min(1, cap / max(m, 1)).
+inline float cap_scale(float cap, float m) {
+  const float most = m > 1.f ? m : 1.f;
+  return cap / most < 1.f ? cap / most : 1.f;
+}
+
 // Whether every one of rows[0:n] lies in [0, table_rows): checked before a loop touches any row.
 inline bool inside(const int64_t* rows, int64_t n, int64_t table_rows) {
   bool ok = true;
@@ -77,7 +83,9 @@ int64_t hvd_w2v_add_rows(float* table, int64_t table_rows, const int64_t* rows, 
 // On ``threads`` threads, each the owner of the rows in every threads-th block of ROW_BLOCK table rows: each
 // first lists the entries of its rows, in order, then adds only those, so every row is still added source by
 // source, and the result is the same on any thread count, byte for byte. (Listing first keeps the adding loop
-// free of a test it mispredicts half the time, and lets it prefetch only rows it will write.)
+// free of a test it mispredicts half the time, and lets it prefetch only rows it will write.) One source (a
+// rank alone) needs neither the owners nor the sums: its rows are unique, each m its own, and each thread
+// takes a range of its entries, as in add_rows.
 // Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
 int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
                             const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total,
@@ -86,6 +94,14 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
   for (int64_t s = 0; s < sources; ++s) n += counts[s];
   if (!inside(rows, n, table_rows)) return -1;
   const int64_t team = n >= MIN_PARALLEL_ROWS ? threads : 1;
+  if (sources == 1) {  // one source (one rank): its rows are unique, so any split is safe, and each m is its own
+#pragma omp parallel for schedule(static) num_threads(team) if (team > 1)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 1);
+      add_row(table + rows[i] * d, blocks[0] + i * d, cap_scale(cap, sgd[i]), d);
+    }
+    return 0;
+  }
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
@@ -103,9 +119,7 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
       const int64_t i = mine[k];
       while (i >= end) end += counts[++s];
       const int64_t row = rows[i];
-      const float most = total[row] > 1.f ? total[row] : 1.f;
-      const float scale = cap / most < 1.f ? cap / most : 1.f;
-      add_row(table + row * d, blocks[s] + (i - (end - counts[s])) * d, scale, d);
+      add_row(table + row * d, blocks[s] + (i - (end - counts[s])) * d, cap_scale(cap, total[row]), d);
     }
     for (int64_t i : mine) total[rows[i]] = 0.f;
   }

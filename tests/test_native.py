@@ -85,6 +85,32 @@ def test_add_sources_caps_by_the_count_summed_over_sources(mode):
     assert not total.any()  # the scratch is left zeros
 
 
+@pytest.mark.parametrize("sources", [1, 3])
+def test_add_sources_is_the_same_on_any_thread_count(mode, sources):
+    """Enough rows that the threads engage: one source (a rank alone: each thread a range of its entries) and
+    three that share rows (each thread the owner of blocks of rows). The same table, byte for byte, on 1, 2 and
+    3 threads, and the capped add's; the scratch left zeros."""
+    rng = np.random.default_rng(5)
+    table = rng.normal(size=(5000, 9)).astype(np.float32)
+    per = [rng.permutation(len(table))[:1500].astype(np.int64) for _ in range(sources)]  # unique in each source
+    blocks_in = [rng.normal(size=(len(r), table.shape[1])).astype(np.float32) for r in per]
+    keys = np.concatenate(per)
+    sgd = rng.integers(0, 200, len(keys)).astype(np.float32)
+    summed = np.zeros(len(table), np.float32)
+    np.add.at(summed, keys, sgd)
+    expected = table.copy()
+    for block, these in zip(blocks_in, per):
+        expected[these] += np.minimum(np.float32(1), np.float32(64) / np.maximum(summed[these], 1))[:, None] * block
+    got = []
+    for threads in (1, 2, 3):
+        out, total = table.copy(), np.zeros(len(table), np.float32)
+        native.add_sources(out, keys, blocks_in, sgd, 64.0, total, threads)
+        assert not total.any()
+        got.append(out)
+    np.testing.assert_allclose(got[0], expected, rtol=1e-5, atol=1e-6)
+    assert all(np.array_equal(got[0], g) for g in got[1:])
+
+
 def test_add_sources_refuses_bad_rows_before_any_change():
     if native.row_copies() is None:
         pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
