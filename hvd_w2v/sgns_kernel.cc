@@ -36,6 +36,32 @@
 
 namespace {
 
+// Where a call's threads spend it, and wait on each other: built with -DHVD_W2V_PROFILE (python -m
+// hvd_w2v.bench.phases --waits builds it so), each thread adds the seconds of each part of a call, in the
+// order of Part, to its own line of ``profile`` (hvd_w2v_sgns_profile reads them). Without it, PROFILE's
+// statements compile to nothing and the clock is never read.
+#ifdef HVD_W2V_PROFILE
+#define PROFILE(...) __VA_ARGS__
+enum Part { SETUP, MARKS, WAIT_MARKS, SHARED, CENTRES, WAIT_CHUNKS, SUM, PARTS };
+constexpr int PROFILED_THREADS = 64;
+struct alignas(64) ThreadSeconds {  // a cache line a thread: adding to them must not make them share one
+  double part[PARTS];
+};
+ThreadSeconds profile[PROFILED_THREADS];
+struct Stopwatch {  // thread t's: lap(p) adds the time since the last lap (or its start) to part p
+  int t;
+  double last = clock();
+  static double clock() { return omp_get_wtime(); }
+  void lap(Part p) {
+    const double now = clock();
+    if (t < PROFILED_THREADS) profile[t].part[p] += now - last;
+    last = now;
+  }
+};
+#else
+#define PROFILE(...)
+#endif
+
 inline float dot(const float* a, const float* b, int d) {
   float s = 0.f;
 #pragma omp simd reduction(+ : s)
@@ -190,6 +216,7 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
                           const int32_t* const* ctxs, const int32_t* const* tgts, const int64_t* centres_of,
                           const int64_t* widths, const int64_t* targets, float alpha, int64_t threads, float* up,
                           double* sums) {
+  PROFILE(Stopwatch caller{0});  // the set-up runs on the calling thread alone
   const int32_t none = static_cast<int32_t>(T - 1);
   // Every group checked, where its centres start in the step's list of all groups' centres, and the cost
   // up to each centre of that list: skip-gram's context words each cost a dot product and two row adds per
@@ -226,18 +253,22 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
       if (a < b) each(g, a, b);
     }
   };
+  PROFILE(caller.lap(SETUP));
   if (chunks == 1) {
     std::fill(up, up + cells, 0.f);
+    PROFILE(caller.lap(MARKS));
     run(0, [&](int64_t g, int64_t a, int64_t b) {
       centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, Out{up, d}, &loss[0],
               &count[0]);
     });
+    PROFILE(caller.lap(CENTRES));
   } else {
     std::lock_guard<std::mutex> hold(scratch_lock);
     if (static_cast<int>(scratch.size()) < chunks) scratch.resize(chunks);
 #pragma omp parallel num_threads(chunks)
     {
       const int t = omp_get_thread_num();
+      PROFILE(Stopwatch watch{t});
       Chunk& mine = scratch[t];
       const int64_t r0 = (T - 1) * t / chunks, r1 = (T - 1) * (t + 1) / chunks;  // this thread's output rows
       mine.seen.assign(T, 0);
@@ -246,7 +277,9 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
         for (int64_t j = a * targets[g]; j < b * targets[g]; ++j) mine.seen[tgts[g][j]] = 1;
       });
       std::fill(up + r0 * d, up + r1 * d, 0.f);
+      PROFILE(watch.lap(MARKS));
 #pragma omp barrier
+      PROFILE(watch.lap(WAIT_MARKS));
       // Chunk t > 0 gives the rows that several chunks name places in its buffer, in row order.
       Out out{up, d};
       if (t > 0) {
@@ -268,10 +301,13 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
         std::fill(mine.buffer.data(), next, 0.f);
         out.dest = mine.dest.data();
       }
+      PROFILE(watch.lap(SHARED));
       run(t, [&](int64_t g, int64_t a, int64_t b) {
         centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, out, &loss[t], &count[t]);
       });
+      PROFILE(watch.lap(CENTRES));
 #pragma omp barrier
+      PROFILE(watch.lap(WAIT_CHUNKS));
       // This thread's range of the shared rows (every chunk t > 0 lists the same ones, in row order).
       const std::vector<int32_t>& shared = scratch[1].shared;
       for (auto at = std::lower_bound(shared.begin(), shared.end(), r0); at != shared.end() && *at < r1; ++at) {
@@ -283,11 +319,22 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
           for (int64_t x = 0; x < d; ++x) o[x] += src[x];
         }
       }
+      PROFILE(watch.lap(SUM));
     }
   }
   sums[0] = sums[1] = 0.0;
   for (int t = 0; t < chunks; ++t) sums[0] += loss[t], sums[1] += count[t];
   return 0;
 }
+
+#ifdef HVD_W2V_PROFILE
+// The seconds of the calls so far (see Part): out[t * parts + p] for the first ``threads`` threads (at most
+// PROFILED_THREADS). Returns the number of parts.
+int64_t hvd_w2v_sgns_profile(double* out, int64_t threads) {
+  for (int64_t t = 0; t < std::min<int64_t>(threads, PROFILED_THREADS); ++t)
+    for (int p = 0; p < PARTS; ++p) out[t * PARTS + p] = profile[t].part[p];
+  return PARTS;
+}
+#endif
 
 }  // extern "C"

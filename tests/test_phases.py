@@ -17,3 +17,19 @@ def test_every_phase_is_timed_on_one_and_two_threads(tmp_path):
             assert all(0 < s < 1 for s in seconds.values()), seconds
         for builder in (False, True):
             assert 0 < phases.whole_step(corpus, sg, 1, steps=30, batch_words=1024, builder=builder) < 1
+
+
+def test_the_maths_threads_are_timed_inside_the_call(tmp_path):
+    path = tmp_path / "zipf.txt"
+    generate(str(path), 8000, vocab=500, pairs=10, first=20, seed=1)
+    corpus = open_corpus([str(path)], Config())
+    for sg in (True, False):
+        for threads in (1, 2):
+            parts = phases.maths_waits(corpus, sg, threads, steps=30, batch_words=1024)
+            assert len(parts) == threads and all(len(p) == len(phases.MATHS_PARTS) for p in parts)
+            assert all(0 <= us < 1e6 for p in parts for us in p), parts
+            named = [dict(zip(phases.MATHS_PARTS, p)) for p in parts]
+            assert named[0]["set-up"] > 0 and all(n["centres"] > 0 for n in named), named
+            assert all(n["set-up"] == 0 for n in named[1:]), named  # the calling thread's alone
+            if threads == 1:  # no team: nothing to wait for, no rows shared
+                assert named[0]["wait: marks"] == named[0]["wait: chunks"] == named[0]["shared rows"] == 0

@@ -18,6 +18,11 @@ A phase's ratio against 1 thread shows what its threads gain; the phases left on
 Python between them, are where the other threads wait. The model is drawn at random (its values do not
 change what a phase costs), and every step trains it, so the rows' values move as in training.
 
+``--waits`` also shows the maths' threads from inside the compiled call (sgns_kernel.cc built with
+-DHVD_W2V_PROFILE, its clock reads compiled in): each thread's microseconds a call in each part of it, the
+set-up on the calling thread alone, the waits at the call's two meetings (after the marks, after the
+centres), and the work between them. That is where the threads wait on each other.
+
 ``--builder-thread`` also times whole steps (whole_step): as training runs them, and in a design the trainer
 does not use, the examples and tables built one step ahead on a Python thread of their own while the loop's
 thread runs the rest.
@@ -34,6 +39,8 @@ from ..wording import counted
 
 PHASES = ("examples", "table", "gather", "maths", "add")
 WARM_UP = 20
+# sgns_kernel.cc's parts of a call (its enum Part), as maths_waits names them
+MATHS_PARTS = ("set-up", "marks", "wait: marks", "shared rows", "centres", "wait: chunks", "sum")
 
 
 class _Rank:
@@ -106,6 +113,30 @@ def measure(corpus, sg, threads, steps, batch_words):
     return {phase: statistics.median(s[WARM_UP:] or s) for phase, s in seconds.items()}
 
 
+def maths_waits(corpus, sg, threads, steps, batch_words):
+    """[[us a call in each of MATHS_PARTS] for each of ``threads`` threads]: the maths of ``steps`` steps of one
+    rank (the first WARM_UP left out) on ``threads`` threads, timed inside the call by the profiled build of
+    sgns_kernel.cc. The set-up runs on the calling thread (thread 0) alone, before the others start."""
+    from .. import native
+
+    functions = {**native.STEP_FUNCTIONS, "hvd_w2v_sgns_profile": [native.P, native.I64]}
+    lib = native.declared(native.build("sgns_kernel", ["-DHVD_W2V_PROFILE"]), functions, native.I64)
+    rank = _Rank(corpus, sg, threads, batch_words)
+    steps = min(steps, rank.steps)
+    skip = WARM_UP if steps > WARM_UP else 0
+    seconds, start = np.zeros((threads, len(MATHS_PARTS))), None
+    for done in range(steps):
+        step = rank.table_of(rank.examples(done, threads), threads)
+        rows = rank.gather(step)
+        if done == skip:  # the seconds so far: the warm-up's
+            if lib.hvd_w2v_sgns_profile(seconds.ctypes.data, threads) != len(MATHS_PARTS):
+                raise RuntimeError("sgns_kernel.cc's parts are not MATHS_PARTS")
+            start = seconds.copy()
+        native.sgns_step(lib, sg, rows, step.ctx, step.tgt, np.float32(rank.cfg.alpha), threads)
+    lib.hvd_w2v_sgns_profile(seconds.ctypes.data, threads)
+    return ((seconds - start) / (steps - skip) * 1e6).tolist()
+
+
 def whole_step(corpus, sg, threads, steps, batch_words, builder=False):
     """Seconds a whole step takes, the median over ``steps`` steps of one rank, Python included: as training
     runs it (``builder`` False: each step's examples and table built, then its rows gathered, its maths and
@@ -143,6 +174,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch-words", type=int, default=2048)
     p.add_argument("--out", default=os.path.join("runs", "phases"))
+    p.add_argument("--waits", action="store_true",
+                   help="also the maths' threads inside the call: each part's us, and the waits (maths_waits)")
     p.add_argument("--builder-thread", action="store_true",
                    help="also whole steps, as training runs them and with the builder on a thread of its own "
                         "(whole_step)")
@@ -173,6 +206,14 @@ def main(argv=None):
                 ref = sum(base.values()) if phase == "step" else base[phase]
                 row += f"{value * 1e6:>12,.0f}{ref / value:>6.2f}x"
             print(row)
+        if args.waits:
+            for t in counts:
+                parts = maths_waits(corpus, sg, t, args.steps, args.batch_words)
+                print(f"\nmaths, {counted(t, 'thread')}" + "".join(f"{name:>13}" for name in MATHS_PARTS)
+                      + f"{'in all':>9}")
+                for i, us in enumerate(parts):
+                    print(f"{f'thread {i}':<{len('maths, ') + len(counted(t, 'thread'))}}"
+                          + "".join(f"{u:>13,.0f}" for u in us) + f"{sum(us):>9,.0f}")
         if args.builder_thread:
             print(f"\n{'whole steps':<22}{'us':>8}{'ratio':>7}")
             ways = [(f"in turn, {counted(t, 'thread')}", t, False) for t in counts]
