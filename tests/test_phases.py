@@ -1,15 +1,21 @@
 """bench.phases on a small corpus: every phase of one rank's step timed, on 1 and 2 threads (the timings
 themselves are a benchmark, not a test)."""
+import pytest
+
 from hvd_w2v.bench import phases
 from hvd_w2v.config import Config
 from hvd_w2v.plan import open_corpus
 from hvd_w2v.synthetic import generate
 
 
-def test_every_phase_is_timed_on_one_and_two_threads(tmp_path):
+@pytest.fixture
+def corpus(tmp_path):
     path = tmp_path / "zipf.txt"
     generate(str(path), 8000, vocab=500, pairs=10, first=20, seed=1)
-    corpus = open_corpus([str(path)], Config())
+    return open_corpus([str(path)], Config())
+
+
+def test_every_phase_is_timed_on_one_and_two_threads(corpus):
     for sg in (True, False):
         for threads in (1, 2):
             seconds = phases.measure(corpus, sg, threads, steps=30, batch_words=1024)
@@ -19,10 +25,7 @@ def test_every_phase_is_timed_on_one_and_two_threads(tmp_path):
             assert 0 < phases.whole_step(corpus, sg, 1, steps=30, batch_words=1024, builder=builder) < 1
 
 
-def test_the_maths_threads_are_timed_inside_the_call(tmp_path):
-    path = tmp_path / "zipf.txt"
-    generate(str(path), 8000, vocab=500, pairs=10, first=20, seed=1)
-    corpus = open_corpus([str(path)], Config())
+def test_the_maths_threads_are_timed_inside_the_call(corpus):
     for sg in (True, False):
         for threads in (1, 2):
             parts = phases.maths_waits(corpus, sg, threads, steps=30, batch_words=1024)
