@@ -253,10 +253,10 @@ struct Dealt {
             int64_t width, int64_t negative, int64_t sg, int team) {
     if (static_cast<int>(sights.size()) < team) sights.resize(team);
     for (int u = 0; u < team; ++u) sights[u].clear();
+    std::vector<Sight>* to[KEY_CLASSES];  // each class's thread's sights: no division by the team at a sight
+    for (int64_t c = 0; c < KEY_CLASSES; ++c) to[c] = &sights[c % team];
     for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg,
-                   [&](int64_t id, int64_t key, int32_t updates) {
-                     sights[id_class(id) % team].emplace_back(key, updates);
-                   });
+                   [&](int64_t id, int64_t key, int32_t updates) { to[id_class(id)]->emplace_back(key, updates); });
   }
 
  private:
@@ -316,13 +316,16 @@ void write_slots(const int64_t* centres, const int64_t* contexts, const int64_t*
     write([&](int64_t) { return slot[*number++]; });
     return;
   }
+  // Each class's share's slots, and its share's next number of this range (a class's entry points at its
+  // share's cursor): no division by the team at a sight.
   const int32_t* slot_of[KEY_CLASSES];
-  std::vector<const int32_t*> cursor(team);  // each share's next number of this range
+  const int32_t** cursor_of[KEY_CLASSES];
+  std::vector<const int32_t*> cursor(team);
   for (int64_t u = 0; u < team; ++u) cursor[u] = shares[u]->numbered[range].data();
-  for (int64_t c = 0; c < KEY_CLASSES; ++c) slot_of[c] = shares[c % team]->slot.data();
+  for (int64_t c = 0; c < KEY_CLASSES; ++c) slot_of[c] = shares[c % team]->slot.data(), cursor_of[c] = &cursor[c % team];
   write([&](int64_t id) {
     const int64_t c = id_class(id);
-    return slot_of[c][*cursor[c % team]++];
+    return slot_of[c][*(*cursor_of[c])++];
   });
 }
 

@@ -32,7 +32,6 @@ from .throughput import prepare_corpus
 from ..wording import counted
 
 
-
 def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):
     """gensim Word2Vec with word2vec's defaults, reading ``corpus`` as ``source``: "sentences" (an iterable
     of lines) or "corpus_file" (see the module's docstring for their learning rates). Returns seconds."""
