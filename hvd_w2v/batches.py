@@ -24,6 +24,18 @@ class Batch:
         return len(self.centres)
 
 
+def read_around(stream, cfg, lo, hi):
+    """The ids that centres in ``[lo, hi)`` may read: ``(ids, base)``, positions ``base`` (``cfg.context_span``
+    before ``lo``, at least 0) to ``context_span`` past ``hi``."""
+    base = max(lo - cfg.context_span, 0)
+    return stream.read(base, hi + cfg.context_span), base
+
+
+def builder_keys(cfg, epoch):
+    """The compiled builder's rng keys of ``epoch``: (keep, window, noise)."""
+    return [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
+
+
 def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
     """The examples whose centre lies in ``[lo, hi)``, built on ``threads`` threads by the compiled builder
     (the numpy fallback: one).
@@ -34,13 +46,11 @@ def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
     ``cfg.context_span`` raw positions (the span only bounds what a rank reads around its slice).
     """
     span, window = cfg.context_span, cfg.window
-    base = max(lo - span, 0)
-    ids = stream.read(base, hi + span)
+    ids, base = read_around(stream, cfg, lo, hi)
     lib = native.example_builder()
     if lib is not None:  # the same examples, bit for bit, in one pass (batches_kernel.cc)
-        keys = [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
-        return Batch(*native.build_examples(lib, ids, base, lo, hi, keys, window, span, cfg.negative, vocab.runs,
-                                            threads))
+        return Batch(*native.build_examples(lib, ids, base, lo, hi, builder_keys(cfg, epoch), window, span,
+                                            cfg.negative, vocab.runs, threads))
     ids = ids.astype(np.int64)
     pos = base + np.arange(len(ids), dtype=np.int64)
     word = ids >= 0

@@ -92,16 +92,14 @@ def inputs(kernel, corpus, sg, steps):
 
     rank = _Rank(corpus, bool(sg), 1, Config().batch_words)
     if kernel == "examples":  # batches.build's call of the builder, its positions read once
-        from .. import rng
+        from ..batches import builder_keys, read_around
         from ..training import share
 
         cfg, stream, runs = rank.cfg, corpus.stream, corpus.vocab.runs
         reads = []
         for done in range(min(steps, rank.steps)):
             epoch, lo, hi = share(cfg, len(stream), done, 0, 1)
-            base = max(lo - cfg.context_span, 0)
-            keys = [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
-            reads.append((stream.read(base, hi + cfg.context_span), base, lo, hi, keys))
+            reads.append((*read_around(stream, cfg, lo, hi), lo, hi, builder_keys(cfg, epoch)))
 
         def call(lib, r, threads):
             return list(native.build_examples(lib, *r, cfg.window, cfg.context_span, cfg.negative, runs, threads))
