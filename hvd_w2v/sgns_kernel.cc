@@ -240,11 +240,19 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
   const int64_t cells = (T - 1) * d;
   // One chunk of consecutive centres per thread: chunk 0 adds into the output, chunk t > 0 into a buffer
   // of its own; then each thread adds the buffers into its range of the output's rows, in chunk order.
-  // Chunk t starts at the first centre whose cost before it reaches t / chunks of the step's.
+  // Every chunk t > 0 first lists the rows several chunks share, a pass over the table's T rows, which is
+  // charged to it as ``listing`` (3/4 of a row operation a row: where the A/B of python -m
+  // hvd_w2v.bench.kernels found chunks ending together, for skip-gram and CBOW alike; the bench README,
+  // "Threads inside a rank"). So the chunks' shares are equal with it: chunk t starts at the first centre
+  // whose cost before it reaches t shares less the listings of the chunks t' in [1, t) before it. The cut is
+  // a function of the step and the thread count alone, as the sums' order must be.
   const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, start[groups])));
+  const int64_t listing = 3 * T / 4, share = (cost.back() + (chunks - 1) * listing) / chunks;
   std::vector<int64_t> bound(chunks + 1, start[groups]);
-  for (int t = 0; t < chunks; ++t)
-    bound[t] = std::lower_bound(cost.begin(), cost.end(), cost.back() * t / chunks) - cost.begin();
+  bound[0] = 0;
+  for (int t = 1; t < chunks; ++t)
+    bound[t] = std::max(bound[t - 1], std::lower_bound(cost.begin(), cost.end(), t * share - (t - 1) * listing) -
+                                          cost.begin());
   std::vector<double> loss(chunks, 0.0), count(chunks, 0.0);
   // Chunk t's centres, in group order, their updates added as ``out`` says.
   auto run = [&](int t, auto&& each) {
