@@ -241,9 +241,9 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
   // One chunk of consecutive centres per thread: chunk 0 adds into the output, chunk t > 0 into a buffer
   // of its own; then each thread adds the buffers into its range of the output's rows, in chunk order.
   // Every chunk t > 0 first lists the rows several chunks share, a pass over the table's T rows, which is
-  // charged to it as ``listing`` (3/4 of a row operation a row: where the A/B of python -m
-  // hvd_w2v.bench.kernels found chunks ending together, for skip-gram and CBOW alike; the bench README,
-  // "Threads inside a rank"). So the chunks' shares are equal with it: chunk t starts at the first centre
+  // charged to it as ``listing``: 3/4 of a row operation a row, between the charges with which the A/B of
+  // python -m hvd_w2v.bench.kernels found skip-gram's chunks (one) and CBOW's (half of one) fastest (the bench
+  // README, "Threads inside a rank"). So the chunks' shares are equal with it: chunk t starts at the first centre
   // whose cost before it reaches t shares less the listings of the chunks t' in [1, t) before it. The cut is
   // a function of the step and the thread count alone, as the sums' order must be.
   const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, start[groups])));
