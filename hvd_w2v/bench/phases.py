@@ -121,6 +121,8 @@ def maths_waits(corpus, sg, threads, steps, batch_words):
 
     functions = {**native.STEP_FUNCTIONS, "hvd_w2v_sgns_profile": [native.P, native.I64]}
     lib = native.declared(native.build("sgns_kernel", ["-DHVD_W2V_PROFILE"]), functions, native.I64)
+    if lib.hvd_w2v_sgns_profile(None, 0) != len(MATHS_PARTS):  # asked of no thread first: it writes nothing
+        raise RuntimeError("sgns_kernel.cc's parts are not MATHS_PARTS")
     rank = _Rank(corpus, sg, threads, batch_words)
     steps = min(steps, rank.steps)
     skip = WARM_UP if steps > WARM_UP else 0
@@ -129,8 +131,7 @@ def maths_waits(corpus, sg, threads, steps, batch_words):
         step = rank.table_of(rank.examples(done, threads), threads)
         rows = rank.gather(step)
         if done == skip:  # the seconds so far: the warm-up's
-            if lib.hvd_w2v_sgns_profile(seconds.ctypes.data, threads) != len(MATHS_PARTS):
-                raise RuntimeError("sgns_kernel.cc's parts are not MATHS_PARTS")
+            lib.hvd_w2v_sgns_profile(seconds.ctypes.data, threads)
             start = seconds.copy()
         native.sgns_step(lib, sg, rows, step.ctx, step.tgt, np.float32(rank.cfg.alpha), threads)
     lib.hvd_w2v_sgns_profile(seconds.ctypes.data, threads)
