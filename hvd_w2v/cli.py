@@ -245,7 +245,9 @@ def add_corpus_options(p):
     g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
     g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
                    help="keep at most this many most frequent words, 0: all (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="compute threads per rank (default: from mpi/launch)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="compute threads per rank (default: $HVD_W2V_THREADS, which mpi/launch sets to the host's "
+                   "cores over its ranks, else 1)")
     _add_stall_option(p)
     _add_config_option(p)
 

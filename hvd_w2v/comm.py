@@ -73,6 +73,7 @@ class Comm:
         self.mpi = mpi_comm
         self.hvd = hvd
         self.threads = threads  # this rank's compute-thread budget (init)
+        self.threads_given = True  # False where init fell back to 1 (no argument, no $HVD_W2V_THREADS)
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self._calls = 0
@@ -253,7 +254,7 @@ HOT_ROWS_CYCLE_MS = 50
 def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     """Start MPI and Horovod once per process and return the :class:`Comm`.
 
-    ``threads`` (default: $HVD_W2V_THREADS, else 1) is this rank's TensorFlow compute-thread budget; it must be
+    ``threads`` (default: $HVD_W2V_THREADS, else 1; thread_budget) is this rank's compute-thread budget; it must be
     set before TensorFlow runs any op, so it is applied here. ``cycle_ms``: Horovod's cycle, unless
     $HOROVOD_CYCLE_TIME is set. ``stall_timeout``: the stall watchdog's limit in seconds (hvd_w2v/watchdog.py;
     None: automatic, 0: off). On more than one rank the watchdog runs from MPI's start on: over Horovod's start
@@ -264,7 +265,8 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
         return _COMM
     from . import watchdog
 
-    MPI = _start_mpi(stall_timeout)  # first: MPI is up before Horovod, which then shares it
+    threads, given = thread_budget(threads)  # a bad budget is an error before anything starts
+    MPI = _start_mpi(stall_timeout)  # MPI is up before Horovod, which then shares it
     world = MPI.COMM_WORLD
     beat = watchdog.Beat(world.Get_rank())
     dog = None
@@ -285,7 +287,6 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
         gc.enable()
 
     os.environ.setdefault("HOROVOD_CYCLE_TIME", str(cycle_ms))
-    threads = int(threads or os.environ.get("HVD_W2V_THREADS", "1"))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     beat.calls, beat.inside = beat.calls + 1, True  # Horovod's start is collective: every rank must come
@@ -294,6 +295,7 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     if not hvd.mpi_threads_supported():
         raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
     _COMM = Comm(world, hvd, threads)
+    _COMM.threads_given = given
     _COMM.watch, _COMM.watchdog = beat, dog
     # For scripts of the Python API (the command line does both itself, hvd_w2v/cli.py main): the watched
     # last barrier at exit, and an uncaught exception that ends the whole job rather than leave the other
@@ -302,6 +304,22 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _uncaught
     return _COMM
+
+
+def thread_budget(threads=None):
+    """``(threads, given)``: the compute threads a rank runs on, ``threads`` when not None, else
+    $HVD_W2V_THREADS when set, else 1 (``given`` False). A count below 1, or a variable that is not a whole
+    number, is a UserError naming it."""
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise UserError(f"--threads (threads=) must be a whole number of at least 1, got {threads!r}")
+        return int(threads), True
+    raw = os.environ.get("HVD_W2V_THREADS", "").strip()
+    if not raw:
+        return 1, False
+    if not raw.isdigit() or int(raw) < 1:
+        raise UserError(f"HVD_W2V_THREADS must be a whole number of at least 1, got {raw!r}")
+    return int(raw), True
 
 
 def _uncaught(kind, value, tb):
@@ -384,20 +402,34 @@ def finish(comm):
 
 def layout(comm):
     """Where the ranks run: ``(hosts, text)``, ``hosts[r]`` rank r's host name and ``text`` one line such as
-    "4 ranks on 2 hosts (nodeA: 0-1; nodeB: 2-3), 1 thread each". Collective (one allgather)."""
+    "4 ranks on 2 hosts (nodeA: 0-1; nodeB: 2-3), 1 thread each". Collective (one allgather).
+
+    Where no rank of a host was given a thread budget (a job started by mpirun or srun itself, or a script
+    run alone, rather than by mpi/launch or the Slurm templates, which set $HVD_W2V_THREADS) and its ranks'
+    one thread each leave CPUs of their affinity masks idle, the line says so and how to use them."""
     import socket
 
-    # mpi4py: every rank sends its host name and thread budget; all get the list in rank order.
-    found = comm.allgather((socket.gethostname(), comm.threads))
-    hosts = [h for h, _ in found]
+    # mpi4py: every rank sends its host name, thread budget, whether it was given, and the CPUs it may run on;
+    # all get the list in rank order.
+    found = comm.allgather((socket.gethostname(), comm.threads, comm.threads_given, sorted(os.sched_getaffinity(0))))
+    hosts = [h for h, *_ in found]
     by_host = {}
     for r, h in enumerate(hosts):
         by_host.setdefault(h, []).append(r)
-    threads = sorted({t for _, t in found})
+    threads = sorted({t for _, t, *_ in found})
     each = (f"{counted(threads[0], 'thread')} each" if len(threads) == 1
-            else "threads " + ", ".join(str(t) for _, t in found))
+            else "threads " + ", ".join(str(t) for _, t, *_ in found))
     text = (f"{counted(comm.size, 'rank')} on {counted(len(by_host), 'host')} ("
             + "; ".join(f"{h}: {_ranges(rs)}" for h, rs in by_host.items()) + f"), {each}")
+    for host, ranks in by_host.items():
+        cpus = set().union(*(found[r][3] for r in ranks))
+        if not any(found[r][2] for r in ranks) and len(cpus) > len(ranks):
+            budget = len(cpus) // len(ranks)
+            text += (f"; no thread budget was set, so {host}'s {counted(len(ranks), 'rank')} "
+                     f"{'uses' if len(ranks) == 1 else 'use'} {len(ranks)} of its {len(cpus)} CPUs: --threads "
+                     f"{budget} (threads={budget} in Python, or HVD_W2V_THREADS={budget}) uses them all, as "
+                     f"mpi/launch does")
+            break  # one host named: the others were started the same way
     return hosts, text
 
 

@@ -55,7 +55,8 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     negative=5, min_count=5, sample=1e-3, epochs=5, alpha=0.025, sg=True, batch_words=2048, ...; the same
     defaults and meanings as `hvd-w2v train`'s options of those names). The run's own options:
 
-    - ``threads``: compute threads per rank (None: $HVD_W2V_THREADS, which mpi/launch sets, else 1);
+    - ``threads``: compute threads per rank (None: $HVD_W2V_THREADS, which mpi/launch sets, else 1, and the
+      layout line then says how many CPUs that leaves idle);
     - ``stall_timeout``: seconds a rank waits for the others before the job ends with exit code 76 (None:
       automatic, 0: never; hvd_w2v/watchdog.py);
     - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G");

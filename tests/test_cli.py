@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import bounded
 from conftest import LAUNCH, ROOT, launch
 from hvd_w2v import cli, configfile
 from hvd_w2v.synthetic import generate
@@ -494,6 +495,49 @@ def test_mpi_launch_gives_each_rank_its_thread_budget():
     assert budgets("-n", "2", "--threads", str(cores)) == [f"{cores} {cores} passive"] * 2
     assert budgets("-n", "1", "--threads", str(cores), env={"OMP_WAIT_POLICY": "active"}) == \
         [f"{cores} {cores} active"]
+
+
+def test_a_rank_started_without_a_budget_says_what_its_cpus_could_do():
+    """A script run alone (a job of one process, no mpi/launch) gets one thread; its layout line names the
+    host's CPUs and how to use them, and says nothing once the budget is set, even to 1."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("one CPU: one thread each uses it all")
+    script = "from hvd_w2v import comm; print(comm.layout(comm.init())[1])"
+
+    def layout(**env):
+        clean = {k: v for k, v in os.environ.items() if k != "HVD_W2V_THREADS"}
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                           env={**clean, **env}, cwd=ROOT)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.strip()
+
+    host = os.uname().nodename
+    assert layout() == (f"1 rank on 1 host ({host}: 0), 1 thread each; no thread budget was set, so {host}'s 1 "
+                        f"rank uses 1 of its {cores} CPUs: --threads {cores} (threads={cores} in Python, or "
+                        f"HVD_W2V_THREADS={cores}) uses them all, as mpi/launch does")
+    assert layout(HVD_W2V_THREADS="1") == f"1 rank on 1 host ({host}: 0), 1 thread each"
+
+
+@pytest.mark.parametrize("how", [("--threads", "0"), ("--threads", "-2"), ("HVD_W2V_THREADS", "x"),
+                                 ("HVD_W2V_THREADS", "0")], ids=["option-0", "option-negative", "env-word", "env-0"])
+def test_a_bad_thread_budget_is_one_clear_error_before_anything_starts(small, tmp_path, how):
+    """Through mpi/launch (its mpi/rank reads the variable first) and in one process: one line, exit 2, and no
+    output folder made."""
+    name, value = how
+    args = ["hvd-w2v", "train", small, "--out", tmp_path / "out", "--quiet"]
+    env = {k: v for k, v in os.environ.items() if k != "HVD_W2V_THREADS"}
+    if name.startswith("--"):
+        args.append(f"{name}={value}")
+    else:
+        env[name] = value
+    launched = bounded.run([str(LAUNCH), "-n", "2", *map(str, args)], TIMEOUT, env=env, cwd=ROOT)
+    alone = subprocess.run([sys.executable, "-m", "hvd_w2v.cli", *map(str, args[1:])], cwd=ROOT,
+                           capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    for code, output in ((launched.returncode, launched.output), (alone.returncode, alone.stdout + alone.stderr)):
+        assert code == 2, output[-3000:]
+        assert output.count("must be a whole number of at least 1") == 1 and "Traceback" not in output, output
+    assert not (tmp_path / "out").exists()
 
 
 def test_tensorboard_scalars_come_from_the_run(small, tmp_path):
