@@ -238,8 +238,9 @@ def add_corpus_options(p):
     from .config import Config
 
     d = Config()
-    p.add_argument("corpus", nargs="*", help=f"text files, plain or .gz (default: the real English corpus, "
-                                              f"built into {os.path.dirname(pipeline.DEFAULT_CORPUS)} on first use)")
+    p.add_argument("corpus", nargs="*", help=f"text files, plain or .gz, or folders of them (their files in "
+                                              f"name order) (default: the real English corpus, built into "
+                                              f"{os.path.dirname(pipeline.DEFAULT_CORPUS)} on first use)")
     p.add_argument("--out", default=RUN_DEFAULTS["out"], help="output folder (default: %(default)s)")
     g = p.add_argument_group("vocabulary")
     g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")

@@ -30,6 +30,33 @@ class Piece:
         return self.path.endswith(".gz")
 
 
+def files_of(paths):
+    """The corpus files that ``paths`` name: a file as given; a folder's regular files, in name order, not its
+    subfolders, its hidden files (names starting with ".") or its empty files. Returns ``(files, notes)``,
+    ``notes`` a line on each folder. A folder that holds no such file is a UserError; a path that is neither
+    is left for check_files to name."""
+    files, notes = [], []
+    for p in paths:
+        if not os.path.isdir(p):
+            files.append(p)
+            continue
+        try:
+            names = sorted(os.listdir(p))
+        except OSError as e:
+            raise UserError(f"corpus folder cannot be listed: {p}: {e.strerror}") from None
+        found = [os.path.join(p, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(p, n))]
+        kept = [f for f in found if os.path.getsize(f) > 0]
+        if not kept:
+            raise UserError(f"corpus folder {p} holds no non-empty file (its subfolders and hidden files are not "
+                            f"read)")
+        empty = len(found) - len(kept)
+        notes.append(f"{p}: {len(kept):,} file{'s' if len(kept) > 1 else ''}, "
+                     f"{sum(os.path.getsize(f) for f in kept) / 2**20:,.1f} MiB"
+                     + (f" ({empty:,} empty left out)" if empty else ""))
+        files += kept
+    return files, notes
+
+
 def check_files(paths):
     """Raise UserError unless every path is a readable, non-empty regular file."""
     if not paths:

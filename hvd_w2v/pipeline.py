@@ -50,7 +50,8 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
           tensorboard=None, **config):
     """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
 
-    ``corpus``: text files, plain or .gz (None: the real English corpus, built into data/real on first use).
+    ``corpus``: text files, plain or .gz, or folders of them (corpus.files_of: their files in name order; None:
+    the real English corpus, built into data/real on first use).
     ``config``: the model's and the step's settings, hvd_w2v.config.Config's fields (dim=100, window=5,
     negative=5, min_count=5, sample=1e-3, epochs=5, alpha=0.025, sg=True, batch_words=2048, ...; the same
     defaults and meanings as `hvd-w2v train`'s options of those names). The run's own options:
@@ -169,7 +170,7 @@ def vocabulary(comm, corpus, out, cfg, check=None):
     runfolder.writable(comm, out)
     if not corpus:
         say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
-    paths = list(corpus) if corpus else default_corpus(comm)
+    paths = corpus_files(comm, list(corpus) if corpus else default_corpus(comm), say)
     voc = vocab.build(comm, paths, cfg, say)
     if check:
         check(paths, voc)
@@ -177,6 +178,27 @@ def vocabulary(comm, corpus, out, cfg, check=None):
     export_mod.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
     say(f"vocab: {name}")
     return paths, voc
+
+
+def corpus_files(comm, paths, say):
+    """``paths`` with each folder replaced by its files (corpus.files_of), as rank 0 lists them: hosts that
+    listed a folder each could see it differ while a file is written into it. Collective (one allgather)."""
+    from .corpus import files_of
+    from .errors import UserError
+
+    listed = None
+    if comm.rank == 0:
+        try:
+            listed = files_of(paths)
+        except UserError as e:
+            listed = str(e)
+    listed = comm.allgather(listed)[0]  # mpi4py: rank 0's list (or its error) to every rank
+    if isinstance(listed, str):
+        raise UserError(listed)
+    files, notes = listed
+    for note in notes:
+        say(f"corpus: {note}")
+    return files
 
 
 def encode(comm, paths, voc, out):

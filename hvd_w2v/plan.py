@@ -84,16 +84,20 @@ def is_run_folder(path):
 
 
 def open_corpus(paths, cfg, log=lambda m: None):
-    """A run folder (``[RUN_DIR]``: its vocab.txt and ids/) or text files, counted and encoded here in one
-    process (vocab.build and encode.encode, as on one rank: the same ids and stream as on any rank count)."""
+    """A run folder (``[RUN_DIR]``: its vocab.txt and ids/) or text files and folders of them (corpus.files_of),
+    counted and encoded here in one process (vocab.build and encode.encode, as on one rank: the same ids and
+    stream as on any rank count)."""
     if not paths:
         raise UserError("plan: give the corpus (text files) or a run folder (with vocab.txt and ids/)")
-    if len(paths) == 1 and os.path.isdir(paths[0]):
+    marks = ("vocab.txt", "ids")  # what `hvd-w2v vocab`, `encode` or `train` wrote: a run folder
+    if len(paths) == 1 and any(os.path.exists(os.path.join(paths[0], m)) for m in marks):
         return _run_folder(paths[0], cfg)
-    for p in paths:
-        if os.path.isdir(p):
-            raise UserError(f"plan: {p} is a folder; give one run folder (with vocab.txt and ids/) or text files")
     from . import encode, vocab
+    from .corpus import files_of
+
+    paths, notes = files_of(paths)  # any other folder is a corpus folder, as train reads it
+    for note in notes:
+        log(f"plan: corpus {note}")
 
     folder = tempfile.TemporaryDirectory(prefix="hvd-w2v-plan-")
     alone = Alone()
@@ -365,8 +369,9 @@ def add_arguments(p):
     """The planner's options on an argparse parser (``hvd-w2v plan`` or ``python -m hvd_w2v.plan``)."""
     d = Config()
     p.add_argument("corpus", nargs="+", metavar="CORPUS | RUN_DIR",
-                   help="text files (counted and encoded here, in one process) or a run folder with vocab.txt and "
-                        "ids/ (what `hvd-w2v encode` or `train` writes; its run.json's settings are the defaults)")
+                   help="text files or folders of them, as train reads them (counted and encoded here, in one "
+                        "process), or a run folder with vocab.txt and ids/ (what `hvd-w2v encode` or `train` "
+                        "writes; its run.json's settings are the defaults)")
     p.add_argument("--ranks", default=DEFAULT_RANKS, help="rank counts P, comma-separated (default: %(default)s)")
     p.add_argument("--hot-rows", default="0", help="hot-row counts H, comma-separated (default: %(default)s)")
     p.add_argument("--batch-words", default=None,

@@ -322,8 +322,9 @@ def describe(path, verify=False):
                              f"{stall.get('waited_seconds')} s in phase {stall.get('phase')} at step "
                              f"{stall.get('step')}; exit code {stall.get('exit_code')}: continue with --resume"
                              + (f" from {record['checkpoint']}" if record.get("checkpoint") else ""))
-            lines.append(f"  corpus: {', '.join(record.get('corpus') or ['?'])} "
-                         f"({record.get('stream_length', 0):,} positions)")
+            files = record.get("corpus") or ["?"]
+            named = ", ".join(files[:3]) + (f" and {len(files) - 3:,} more files" if len(files) > 3 else "")
+            lines.append(f"  corpus: {named} ({record.get('stream_length', 0):,} positions)")
             if isinstance(record.get("config"), dict):
                 lines += _config_lines(record["config"])
         else:

@@ -195,6 +195,34 @@ def checkpoint_w_in(folder, vocab_size, ranks, dim):
     return w
 
 
+def test_a_corpus_folder_trains_as_its_files_in_name_order(corpus, tmp_path):
+    """A folder stands for its regular files in name order, its empty and hidden files and its subfolders left
+    out: the same vectors, byte for byte, as those files named one by one, and info names them. A folder with
+    no such file is one clear error."""
+    lines = open(corpus).read().splitlines(keepends=True)
+    folder = tmp_path / "shards"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.txt").write_text("".join(lines[len(lines) // 2:]))  # written first: name order, not the disk's
+    (folder / "a.txt").write_text("".join(lines[:len(lines) // 2]))
+    (folder / "c.txt").write_text("")
+    (folder / ".partial.txt").write_text("".join(lines))
+    (folder / "sub" / "x.txt").write_text("".join(lines))
+    common = ["--epochs", "1", "--dim", "16", "--show", "", "--format", "binary", "--quiet"]
+    by_folder = launch(2, ["hvd-w2v", "train", folder, "--out", tmp_path / "folder", *common], timeout=TIMEOUT)
+    assert by_folder.ok, by_folder.output[-3000:]
+    assert f"corpus: {folder}: 2 files, " in by_folder.output and "(1 empty left out)" in by_folder.output
+    by_files = launch(2, ["hvd-w2v", "train", folder / "a.txt", folder / "b.txt", "--out", tmp_path / "files",
+                          *common], timeout=TIMEOUT)
+    assert by_files.ok, by_files.output[-3000:]
+    assert (tmp_path / "folder" / "vectors.bin").read_bytes() == (tmp_path / "files" / "vectors.bin").read_bytes()
+    info = hvd("info", tmp_path / "folder")
+    assert f"corpus: {folder / 'a.txt'}, {folder / 'b.txt'} (" in info.stdout, info.stdout
+    (tmp_path / "none" / "sub").mkdir(parents=True)
+    bad = launch(2, ["hvd-w2v", "train", tmp_path / "none", "--out", tmp_path / "bad", "--quiet"], timeout=TIMEOUT)
+    assert bad.returncode == 2 and bad.output.count("hvd-w2v: error:") == 1, bad.output[-3000:]
+    assert f"corpus folder {tmp_path / 'none'} holds no non-empty file" in bad.output
+
+
 def test_info_describes_the_run_and_its_checkpoints(run):
     result = hvd("info", run, "--verify")
     assert result.returncode == 0, result.stdout + result.stderr

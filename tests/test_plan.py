@@ -89,7 +89,8 @@ def test_a_rank_plans_what_training_prepares(corpus, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["{missing}"], "corpus file not found"),
-    (["{folder}"], "is not a run folder"),
+    (["{folder}"], "holds no non-empty file"),  # an empty folder: a corpus folder without files
+    (["{run}"], "is not a run folder"),  # vocab.txt without ids/
     (["{corpus}", "--ranks", "2,x"], "--ranks wants whole numbers"),
     (["{corpus}", "--ranks", "100000"], "more than the"),
     (["{corpus}", "--steps", "0"], "--steps wants numbers of at least 1"),
@@ -97,7 +98,10 @@ def test_a_rank_plans_what_training_prepares(corpus, tmp_path):
     (["{corpus}", "--bandwidth", "0"], "--bandwidth must be more than 0"),
 ])
 def test_bad_input_is_one_clear_message(corpus, tmp_path, capsys, args, message):
-    names = dict(missing=tmp_path / "nope.txt", folder=tmp_path, corpus=corpus)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "vocab.txt").write_text("the 10\n")
+    names = dict(missing=tmp_path / "nope.txt", folder=tmp_path / "empty", run=tmp_path / "run", corpus=corpus)
     argv = [a.format(**names) for a in args] + ["--compute-us-per-position", "1"]
     assert plan.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
