@@ -1,4 +1,5 @@
 """Training configuration: one frozen value, built once by the command line and passed explicitly."""
+import numbers
 from dataclasses import asdict, dataclass, fields
 
 from .errors import UserError
@@ -36,6 +37,19 @@ class Config:
     span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
 
     def __post_init__(self):
+        # The command line and config files give each field its type; a Python caller may not (dim="100",
+        # epochs=2.5, sg=1 as gensim spells it): refused by name, but for sg's 0 and 1, which mean False, True.
+        for f in fields(self):
+            value, option = getattr(self, f.name), "--" + f.name.replace("_", "-")
+            if f.type is bool and not isinstance(value, bool) and isinstance(value, numbers.Integral) \
+                    and value in (0, 1):
+                object.__setattr__(self, f.name, bool(value))
+            elif f.type is bool and not isinstance(value, bool):
+                raise UserError(f"{f.name} must be True or False (or 1, 0), got {value!r}")
+            elif f.type is int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise UserError(f"{option} ({f.name}=) must be a whole number, got {value!r}")
+            elif f.type is float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise UserError(f"{option} ({f.name}=) must be a number, got {value!r}")
         checks = [
             (1 <= self.dim <= 10000, f"--dim must be in 1..10000, got {self.dim}"),
             (1 <= self.window <= 100, f"--window must be in 1..100, got {self.window}"),
@@ -62,6 +76,11 @@ class Config:
 
     def to_dict(self):
         return asdict(self)
+
+    @classmethod
+    def options(cls):
+        """The fields' names: the keyword arguments Config, and so hvd_w2v.train, takes for them."""
+        return [f.name for f in fields(cls)]
 
     @classmethod
     def from_dict(cls, values):

@@ -8,6 +8,7 @@ UserError on every rank (comm.agree), before anything already saved is touched. 
 stderr (comm.log); the run's record is OUT/run.json (hvd_w2v/runfolder.py).
 """
 import functools
+import inspect
 import os
 import resource
 import sys
@@ -50,11 +51,12 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
           tensorboard=None, **config):
     """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
 
-    ``corpus``: text files, plain or .gz, or folders of them (corpus.files_of: their files in name order; None:
-    the real English corpus, built into data/real on first use).
+    ``corpus``: a path or a list of them: text files, plain or .gz, or folders of them (corpus.files_of: their
+    files in name order; None: the real English corpus, built into data/real on first use).
     ``config``: the model's and the step's settings, hvd_w2v.config.Config's fields (dim=100, window=5,
     negative=5, min_count=5, sample=1e-3, epochs=5, alpha=0.025, sg=True, batch_words=2048, ...; the same
-    defaults and meanings as `hvd-w2v train`'s options of those names). The run's own options:
+    defaults and meanings as `hvd-w2v train`'s options of those names; another name, gensim's included, or a
+    value of the wrong type is a UserError naming the option meant). The run's own options:
 
     - ``threads``: compute threads per rank (None: $HVD_W2V_THREADS, which mpi/launch sets, else 1, and the
       layout line then says how many CPUs that leaves idle);
@@ -76,7 +78,10 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     from .config import Config
     from .watchdog import io_budget
 
+    unknown_options(config)
     cfg = Config(**config)
+    if isinstance(corpus, (str, os.PathLike)):
+        corpus = [corpus]  # one file or folder, as gensim's corpus_file takes it
     t0 = time.monotonic()
     format = [format] if isinstance(format, str) else list(format)
     unknown = set(format) - set(FORMATS)
@@ -142,6 +147,30 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
                        stream_read_bytes=stats["stream_read"])
     _record(comm, out, record, **summary)
     return Run(comm, cfg, voc, model, stats, record, out)
+
+
+# gensim's names of train's options, where hvd-w2v's differ: the first thing a gensim user types.
+GENSIM_NAMES = {"vector_size": "dim", "size": "dim", "iter": "epochs", "workers": "threads",
+                "corpus_file": "corpus", "sentences": "corpus"}
+
+
+def unknown_options(config):
+    """Raise UserError naming the first key of ``config`` (train's keyword arguments beyond its own) that is
+    not a Config field, and the option meant: gensim's name's counterpart, or the closest spelling."""
+    import difflib
+
+    from .config import Config
+    from .errors import UserError
+
+    for name in config:
+        if name in Config.options():
+            continue
+        known = Config.options() + list(inspect.signature(train).parameters)
+        close = difflib.get_close_matches(name, known, 1)
+        hint = (f": hvd-w2v calls it {GENSIM_NAMES[name]!r}" if name in GENSIM_NAMES
+                else f": did you mean {close[0]!r}?" if close else "")
+        raise UserError(f"train() has no option {name!r}{hint} (its options: hvd_w2v.train's docstring, and hvd-w2v "
+                        f"train --help with _ for -)")
 
 
 def start(cfg=None, threads=None, stall_timeout=None):

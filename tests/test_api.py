@@ -17,7 +17,12 @@ try:
     hvd_w2v.train([corpus + ".missing"], out=out + "-bad")
 except hvd_w2v.UserError as e:
     sys.stdout.write(f"caught: {str(e).split(':')[0]}\\n")  # one write: the ranks' lines do not interleave
-run = hvd_w2v.train([corpus], out=out, epochs=1, batch_words=512, quiet=True, format=["binary"])
+for bad in ({"vector_size": 50}, {"min_cont": 3}, {"dim": "50"}):  # gensim's name, a typo, a type
+    try:
+        hvd_w2v.train([corpus], out=out + "-bad", **bad)
+    except hvd_w2v.UserError as e:
+        sys.stdout.write(f"caught: {e}\\n")
+run = hvd_w2v.train(corpus, out=out, epochs=1, batch_words=512, quiet=True, format=["binary"])  # a path alone
 kv = hvd_w2v.load(out)
 word = kv.index_to_key[3]
 assert (run.wv[word] == kv[word]).all()
@@ -38,6 +43,10 @@ def test_a_script_trains_as_the_command_line_does(tmp_path):
     api = launch(2, ["python", script, corpus, tmp_path / "api"], timeout=TIMEOUT)
     assert api.ok, api.output[-3000:]
     assert api.output.count("caught: corpus file not found") == 2, api.output[-3000:]  # on every rank
+    for caught in ("train() has no option 'vector_size': hvd-w2v calls it 'dim'",
+                   "train() has no option 'min_cont': did you mean 'min_count'?",
+                   "--dim (dim=) must be a whole number, got '50'"):
+        assert api.output.count(f"caught: {caught}") == 2, api.output[-3000:]
     lines = sorted(line for line in api.output.splitlines() if line.startswith("rank "))
     assert len(lines) == 2 and lines[0][8:] == lines[1][8:], lines  # the same answers on both ranks
     assert "state finished" in lines[0], lines

@@ -86,3 +86,21 @@ def test_one_long_line_without_newline_trains(tmp_path, good):
     result = run([str(path), "--out", str(tmp_path / "out"), "--format", "binary"], nranks=3)
     assert result.ok, result.output[-2000:]
     assert os.path.getsize(tmp_path / "out" / "vectors.bin") > 0
+
+
+@pytest.mark.parametrize("values, fragment", [
+    ({"dim": "100"}, "--dim (dim=) must be a whole number, got '100'"),
+    ({"epochs": 2.5}, "--epochs (epochs=) must be a whole number, got 2.5"),
+    ({"alpha": True}, "--alpha (alpha=) must be a number, got True"),
+    ({"sg": 2}, "sg must be True or False (or 1, 0), got 2"),
+])
+def test_python_values_of_the_wrong_type_are_refused_by_name(values, fragment):
+    """What the command line's parser would refuse, from a Python caller (hvd_w2v.train's options): one
+    message naming the option. gensim's sg=0 and sg=1 mean CBOW and skip-gram."""
+    from hvd_w2v.config import Config
+    from hvd_w2v.errors import UserError
+
+    assert Config(sg=0).sg is False and Config(sg=1).sg is True
+    with pytest.raises(UserError) as caught:
+        Config(**values)
+    assert str(caught.value) == fragment
