@@ -51,7 +51,7 @@ def cmd_check(args):
         ends = [{remote for local, remote in tcp} for _, _, tcp in ranks]
         for r, (host, threads, tcp) in enumerate(ranks):
             peers = [p for p in range(comm.size) if p != r and any(local in ends[p] for local, _ in tcp)]
-            print(f"rank {r}: host {host}, {threads} threads, TCP with ranks "
+            print(f"rank {r}: host {host}, {counted(threads, 'thread')}, TCP with ranks "
                   f"{', '.join(map(str, peers)) or 'none'}")
         print(f"horovod allreduce of (rank+1) over {counted(comm.size, 'rank')}: {total.tolist()} "
               f"(expected {comm.size * (comm.size + 1) // 2} each)")

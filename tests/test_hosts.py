@@ -77,7 +77,7 @@ def launch(hosts, n, slots, args, timeout=LAUNCH_TIMEOUT, env=None, extra=()):
 def ranks_seen(output):
     """`hvd-w2v check`'s rank lines: {rank: (host, threads, [TCP peers])}."""
     seen = {}
-    for r, host, threads, peers in re.findall(r"^rank (\d+): host (\S+), (\d+) threads, TCP with ranks (.*)$",
+    for r, host, threads, peers in re.findall(r"^rank (\d+): host (\S+), (\d+) threads?, TCP with ranks (.*)$",
                                               output, re.M):
         seen[int(r)] = (host, int(threads), [] if peers == "none" else [int(p) for p in peers.split(", ")])
     return seen
