@@ -133,8 +133,9 @@ def split(paths, parts):
     return out
 
 
-def read_blocks(pieces, block_bytes=BLOCK_BYTES):
+def read_blocks(pieces, block_bytes=BLOCK_BYTES, reading=None):
     """Yield ``(text, file_end)`` blocks of whole tokens; ``file_end`` is True when a file ends the block.
+    ``reading`` (a progress.Reading, or None) is told after each block how far into its file the reading is.
 
     Raises UserError for binary (NUL bytes) or non-UTF-8 input, naming the file and byte offset.
     """
@@ -142,7 +143,11 @@ def read_blocks(pieces, block_bytes=BLOCK_BYTES):
         opener = gzip.open if piece.gzipped else open
         try:
             with opener(piece.path, "rb") as f:
-                yield from _blocks(f, piece, block_bytes)
+                raw = f.fileobj if piece.gzipped else f  # the compressed file, whose bytes Reading counts
+                for block in _blocks(f, piece, block_bytes):
+                    yield block
+                    if reading is not None:
+                        reading.at(piece, raw.tell())
         except (OSError, EOFError) as e:
             raise UserError(f"cannot read {piece.path}: {e}") from None
 

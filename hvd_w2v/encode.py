@@ -14,7 +14,7 @@ import socket
 
 import numpy as np
 
-from . import corpus
+from . import corpus, progress
 from .errors import UserError
 from .vocab import by_hash_owner, exchange_words
 from .wording import counted
@@ -22,8 +22,9 @@ from .wording import counted
 SENTENCE_END = -1
 
 
-def encode(comm, paths, vocab, outdir, log=lambda m: None):
+def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
     """Write this rank's id shard into ``outdir`` and the stream's index (rank 0); returns the TokenStream.
+    ``reading``: rank 0 logs its progress through the text (progress.Reading).
 
     Collective: every rank calls it with the same arguments. UserError on every rank when any rank cannot
     write its shard or read its text; the ranks leave the sequence of collectives only together: each opens
@@ -41,7 +42,9 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None):
     except OSError as e:
         error = f"cannot write {path}.tmp on {where}: {e.strerror}"
     comm.agree(error)  # mpi4py: every rank's outcome; all leave here together on failure
-    blocks = corpus.read_blocks(corpus.split(paths, comm.size)[comm.rank])
+    pieces = corpus.split(paths, comm.size)[comm.rank]
+    shown = progress.Reading("encode", pieces, log) if reading and comm.rank == 0 else None
+    blocks = corpus.read_blocks(pieces, reading=shown)
     written = 0
     while True:
         block = None

@@ -98,12 +98,12 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
     planned = []
     paths, voc = vocabulary(comm, corpus, out, cfg, check=lambda paths, voc: planned.append(
-        memory_plan(comm, cfg, voc, paths, limit)))
+        memory_plan(comm, cfg, voc, paths, limit)), quiet=quiet)
     if tensorboard:
         from . import runfolder
 
         runfolder.writable(comm, tensorboard, shared=False)  # rank 0 alone writes the scalars
-    stream = encode(comm, paths, voc, out)
+    stream = encode(comm, paths, voc, out, quiet)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
 
     try:
@@ -183,12 +183,13 @@ def start(cfg=None, threads=None, stall_timeout=None):
                          stall_timeout=stall_timeout)
 
 
-def vocabulary(comm, corpus, out, cfg, check=None):
+def vocabulary(comm, corpus, out, cfg, check=None, quiet=False):
     """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
     corpus) and write it as OUT/vocab.txt ("word count" lines, most frequent first). Returns (paths, Vocab).
 
     ``check(paths, vocab)``, when given, runs once the vocabulary is known and before anything is written to
-    ``out``: it may raise UserError on every rank (the memory plan does)."""
+    ``out``: it may raise UserError on every rank (the memory plan does). ``quiet``: no progress lines while
+    the text is read."""
     from . import export as export_mod
     from . import runfolder, vocab
     from .comm import log
@@ -200,7 +201,7 @@ def vocabulary(comm, corpus, out, cfg, check=None):
     if not corpus:
         say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
     paths = corpus_files(comm, list(corpus) if corpus else default_corpus(comm), say)
-    voc = vocab.build(comm, paths, cfg, say)
+    voc = vocab.build(comm, paths, cfg, say, reading=not quiet)
     if check:
         check(paths, voc)
     name = os.path.join(out, "vocab.txt")
@@ -230,13 +231,14 @@ def corpus_files(comm, paths, say):
     return files
 
 
-def encode(comm, paths, voc, out):
-    """The corpus as word ids, OUT/ids/ (hvd_w2v.encode); returns the id stream (encode.TokenStream)."""
+def encode(comm, paths, voc, out, quiet=False):
+    """The corpus as word ids, OUT/ids/ (hvd_w2v.encode); returns the id stream (encode.TokenStream).
+    ``quiet``: no progress lines while the text is read."""
     from . import encode as encode_mod
     from .comm import log
 
     comm.watch.enter("encode")
-    return encode_mod.encode(comm, paths, voc, os.path.join(out, "ids"), lambda m: log(comm, m))
+    return encode_mod.encode(comm, paths, voc, os.path.join(out, "ids"), lambda m: log(comm, m), not quiet)
 
 
 def export(comm, folder, model, words, formats=FORMATS, name="vectors"):

@@ -34,7 +34,7 @@ from collections import Counter
 
 import numpy as np
 
-from . import corpus
+from . import corpus, progress
 from .errors import UserError
 from .shard import RowPlan
 from .wording import counted
@@ -152,18 +152,19 @@ class Vocab:
         return self.runs.draw_noise(uniforms)
 
 
-def count(comm, pieces, error=None):
+def count(comm, pieces, error=None, reading=None):
     """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
 
     Returns ``({word bytes: count}, tokens read by this rank)``. ``error``: this rank's bad-input message
-    found before counting (it then reads nothing). Raises UserError on every rank, at the first round after
+    found before counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is
+    read (rank 0's). Raises UserError on every rank, at the first round after
     any rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring;
     the partial counts never exceed FLUSH_WORDS words plus one chunk's.
     """
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
-    chunks = iter(()) if error else _chunks(pieces)
+    chunks = iter(()) if error else _chunks(pieces, reading=reading)
     raw, done = 0, error is not None
     while True:
         while not done and len(local) <= bound:
@@ -206,11 +207,12 @@ def _flush(comm, local, owned):
 _WHITESPACE = re.compile(b"[" + re.escape(corpus.WHITESPACE) + b"]")
 
 
-def _chunks(pieces, chunk_bytes=None):
+def _chunks(pieces, chunk_bytes=None, reading=None):
     """The token lists of ``pieces``, each from at most about ``chunk_bytes`` (default CHUNK_BYTES) of text:
-    corpus blocks cut at whitespace, so that no token is split and a block's tokens are never all alive."""
+    corpus blocks cut at whitespace, so that no token is split and a block's tokens are never all alive.
+    ``reading``: corpus.read_blocks's."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
-    for block, _ in corpus.read_blocks(pieces):
+    for block, _ in corpus.read_blocks(pieces, reading=reading):
         start = 0
         while start < len(block):
             cut = _WHITESPACE.search(block, start + chunk_bytes) if start + chunk_bytes < len(block) else None
@@ -219,11 +221,14 @@ def _chunks(pieces, chunk_bytes=None):
             start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None):
-    """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective). UserError on every rank
-    when some rank cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
+def build(comm, paths, cfg, log=lambda m: None, reading=True):
+    """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
+    through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
+    cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
     corpus.check_shared(comm, paths)
-    merged, raw = count(comm, corpus.split(paths, comm.size)[comm.rank])
+    pieces = corpus.split(paths, comm.size)[comm.rank]
+    shown = progress.Reading("vocab", pieces, log) if reading and comm.rank == 0 else None
+    merged, raw = count(comm, pieces, reading=shown)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")

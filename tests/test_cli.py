@@ -487,6 +487,36 @@ def run_in_pty(argv, timeout):
     return os.waitstatus_to_exitcode(status), output.decode("utf-8", "replace")
 
 
+def test_reading_progress_through_a_pass_over_the_corpus(tmp_path):
+    """corpus.read_blocks tells progress.Reading where it is after each block: a line every `every` seconds,
+    its percentage of this rank's bytes, plain and gzip, and nothing for a pass shorter than that."""
+    import gzip
+
+    from hvd_w2v import corpus, progress
+
+    text = b"".join(b"w%d w%d w%d\n" % (i, i + 1, i + 2) for i in range(20000))
+    (tmp_path / "a.txt").write_bytes(text)
+    with gzip.open(tmp_path / "b.txt.gz", "wb") as f:
+        f.write(text)
+    pieces = corpus.split([str(tmp_path / "a.txt"), str(tmp_path / "b.txt.gz")], 1)[0]
+    lines, now = [], [0.0]
+
+    def clock():  # each look at the clock is one second later
+        now[0] += 1
+        return now[0]
+
+    reading = progress.Reading("vocab", pieces, lines.append, every=2, clock=clock)
+    blocks = list(corpus.read_blocks(pieces, block_bytes=16 << 10, reading=reading))
+    assert b"".join(b for b, _ in blocks) == text + text
+    shares = [int(re.match(r"vocab: (\d+)% of rank 0's [\d.]+ KiB read, [\d.]+ KiB/s, eta [\d,]+ s$", line).group(1))
+              for line in lines]
+    assert len(shares) == len(blocks) // 2 and shares == sorted(shares) and shares[-1] == 100, lines
+    assert shares[0] < 50 < shares[-2], lines  # the plain file is most of the bytes: its blocks come first
+    quiet = []
+    list(corpus.read_blocks(pieces, reading=progress.Reading("encode", pieces, quiet.append)))  # under 5 s
+    assert quiet == []
+
+
 def test_progress_bar_under_a_pty_through_mpi_launch(small, tmp_path):
     """mpi/launch sees a terminal and tells the rank (its own stderr is a pipe to mpirun): a bar is drawn,
     '\\r' without a newline, and no log line is printed for it."""
