@@ -406,7 +406,8 @@ def layout(comm):
 
     Where no rank of a host was given a thread budget (a job started by mpirun or srun itself, or a script
     run alone, rather than by mpi/launch or the Slurm templates, which set $HVD_W2V_THREADS) and its ranks'
-    one thread each leave CPUs of their affinity masks idle, the line says so and how to use them."""
+    one thread each leave CPUs of their affinity masks idle, the line says so and how to use them; where a
+    host's ranks run more threads than those masks hold CPUs, it says that too."""
     import socket
 
     # mpi4py: every rank sends its host name, thread budget, whether it was given, and the CPUs it may run on;
@@ -430,6 +431,12 @@ def layout(comm):
                      f"{budget} (threads={budget} in Python, or HVD_W2V_THREADS={budget}) uses them all, as "
                      f"mpi/launch does")
             break  # one host named: the others were started the same way
+    for host, ranks in by_host.items():
+        cpus, running = set().union(*(found[r][3] for r in ranks)), sum(found[r][1] for r in ranks)
+        if running > len(cpus):
+            text += (f"; {host} runs {running} threads on {len(cpus)} CPUs (oversubscribed: its threads take "
+                     f"turns, and each step waits for the slowest)")
+            break
     return hosts, text
 
 

@@ -577,6 +577,26 @@ def test_a_rank_started_without_a_budget_says_what_its_cpus_could_do():
     assert layout(HVD_W2V_THREADS="1") == f"1 rank on 1 host ({host}: 0), 1 thread each"
 
 
+def test_a_host_running_more_threads_than_cpus_says_so():
+    """2 ranks x all the host's CPUs as threads each: the layout line names the host and the oversubscription;
+    1 rank x the same threads does not."""
+    cores = len(os.sched_getaffinity(0))
+    script = ("from hvd_w2v import comm\nc = comm.init()\ntext = comm.layout(c)[1]\n"
+              "if c.rank == 0:\n    print(text, flush=True)\n")
+    host = os.uname().nodename
+
+    def layout(ranks):
+        r = bounded.run([str(LAUNCH), "-n", str(ranks), "--threads", str(cores), sys.executable, "-c", script],
+                        TIMEOUT, cwd=ROOT)
+        assert r.ok, r.output[-3000:]
+        return [line for line in r.output.splitlines() if " on 1 host " in line]
+
+    assert layout(2) == [f"2 ranks on 1 host ({host}: 0-1), {cores} thread{'s' if cores > 1 else ''} each; {host} "
+                         f"runs {2 * cores} threads on {cores} CPUs (oversubscribed: its threads take turns, and "
+                         f"each step waits for the slowest)"]
+    assert layout(1) == [f"1 rank on 1 host ({host}: 0), {cores} thread{'s' if cores > 1 else ''} each"]
+
+
 @pytest.mark.parametrize("how", [("--threads", "0"), ("--threads", "-2"), ("HVD_W2V_THREADS", "x"),
                                  ("HVD_W2V_THREADS", "0")], ids=["option-0", "option-negative", "env-word", "env-0"])
 def test_a_bad_thread_budget_is_one_clear_error_before_anything_starts(small, tmp_path, how):
