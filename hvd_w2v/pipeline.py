@@ -359,8 +359,10 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
             f"replaces them with its first checkpoint (use --resume to continue that run instead)")
     run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
     saver.begin(run_meta, resumed)
+    from . import __version__
+
     _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
-            state="training", steps_done=resumed.step if resumed else 0)
+            state="training", steps_done=resumed.step if resumed else 0, hvd_w2v=__version__)
     # The same object on every rank: with TensorBoard each report is collective (training.train's contract).
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)

@@ -3,7 +3,8 @@ model for exports and queries on any rank count, and a description of it all for
 
 ::
 
-    OUT/run.json            the run's record (config, vocabulary, steps, ranks, state), written by train's rank 0
+    OUT/run.json            the run's record (config, vocabulary, steps, ranks, state, the hvd-w2v version),
+                            written by train's rank 0
                             (a stall by the rank that ended the job: state "stalled", under "stall")
     OUT/vocab.txt           "word count" lines in id (frequency) order
     OUT/ids/                the encoded corpus (stream.json, ids.NNNNN.i32)
@@ -312,8 +313,9 @@ def describe(path, verify=False):
                 extra = (f", {record['seconds']:,.1f} s, {record.get('words_per_second', 0):,.0f} words/s, "
                          f"final loss {record.get('final_loss', float('nan')):.4f}")
             ranks = record.get("ranks", "?")
+            by = f", hvd-w2v {record['hvd_w2v']}" if record.get("hvd_w2v") else ""  # older records lack it
             lines.append(f"  state: {state}, {where} on {counted(ranks, 'rank')}{extra} ({RECORD}, "
-                         f"{record.get('updated', '')})")
+                         f"{record.get('updated', '')}{by})")
             stall = record.get("stall")
             if state == "stalled" and isinstance(stall, dict):
                 who = ", ".join(f"rank {r.get('rank')} (host {r.get('host') or 'unknown'}, {r.get('kind')})"

@@ -70,6 +70,19 @@ def test_help_lists_every_command_with_help_and_examples():
             assert "--config FILE" in sub.stdout
 
 
+def test_version_is_the_package_s():
+    """`hvd-w2v --version` prints the version setup.cfg installs, the one the package says."""
+    import configparser
+
+    import hvd_w2v
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    version = hvd("--version")
+    assert version.returncode == 0 and version.stdout == f"hvd-w2v {cfg['metadata']['version']}\n", version
+    assert hvd_w2v.__version__ == cfg["metadata"]["version"]
+
+
 def parse(argv):
     """What main does: parse, apply --config, parse again."""
     p = cli.parser()
@@ -229,6 +242,7 @@ def test_info_describes_the_run_and_its_checkpoints(run):
     out = result.stdout
     assert f"run folder: {run}" in out
     assert f"state: finished, {STEPS} of {STEPS} steps on 2 ranks" in out
+    assert re.search(r"^  state: .*, hvd-w2v \d+\.\d+\.\d+\)$", out, re.M), out  # the version that trained it
     assert "config: dim=16 window=5 negative=5 min_count=5" in out and "epochs=2" in out
     assert "vocab.txt: 1,075 words" in out and "vectors.bin: 1,075 words x 16 dimensions" in out
     assert "checkpoints: 2 (newest first)" in out
