@@ -177,6 +177,12 @@ class Comm:
         """A small picklable value from every rank, as a list in rank order."""
         return self.mpi.allgather(obj)
 
+    @_collective
+    def broadcast(self, obj, root=0):
+        """``root``'s picklable ``obj`` on every rank (the others' ``obj`` is ignored): what one rank decides
+        for all, at the cost of one copy per rank where an allgather would cost one per rank pair."""
+        return self.mpi.bcast(obj, root=root)
+
     def allreduce_later(self, array):
         """Start summing a small float array over ranks (MPI Iallreduce) and return at once a function that
         waits for the sum (float64) and returns it. Training goes on meanwhile: the sum travels with the

@@ -85,10 +85,13 @@ def check_shared(comm, paths):
     """Raise UserError on every rank unless every rank can read every corpus file and sees rank 0's sizes.
 
     Collective: every rank calls it with the same ``paths``. Each rank checks the files as
-    :func:`check_files` does and sends (its host, its message or None, the files' sizes) in one allgather;
-    every rank then raises the same message. A file missing (or of another size) on some ranks only, such as
-    on a host without the corpus, is named with the first such rank and its host: :func:`split` cuts the
-    files where rank 0's sizes say, so every rank must read the same bytes.
+    :func:`check_files` does, compares their sizes with rank 0's (broadcast) and sends (its host, its message
+    or None, its first file of another size or None) in one allgather: a rank receives the files' sizes once
+    and a few values of each rank, never every rank's list of sizes, which with thousands of files and of
+    ranks would be more than the corpus's vocabulary. Every rank then raises the same message. A file missing
+    (or of another size) on some ranks only, such as on a host without the corpus, is named with the first
+    such rank and its host: :func:`split` cuts the files where rank 0's sizes say, so every rank must read
+    the same bytes.
     """
     import socket
 
@@ -98,7 +101,11 @@ def check_shared(comm, paths):
         sizes = [os.path.getsize(p) for p in paths]
     except (UserError, OSError) as e:
         error = str(e)
-    views = comm.allgather((socket.gethostname(), error, sizes))  # mpi4py: every rank's view, in rank order
+    want = comm.broadcast(sizes)  # mpi4py: rank 0's sizes (None where rank 0 could not read them)
+    other = None
+    if sizes is not None and want is not None:
+        other = next(((p, w, g) for p, w, g in zip(paths, want, sizes) if w != g), None)
+    views = comm.allgather((socket.gethostname(), error, other))  # mpi4py: every rank's view, in rank order
     failed = [r for r, (_, e, _) in enumerate(views) if e]
     if failed and len(failed) == comm.size:
         raise UserError(views[0][1])  # alike on every rank (a missing file, a typo): the message alone
@@ -107,10 +114,10 @@ def check_shared(comm, paths):
         raise UserError(f"rank {r} (host {views[r][0]}): {views[r][1]}, but rank {s} (host {views[s][0]}) reads "
                         f"it; {SAME_FILES}")
     for r, (host, _, seen) in enumerate(views):
-        for p, want, got in zip(paths, views[0][2], seen):
-            if got != want:
-                raise UserError(f"corpus file {p} holds {want:,} bytes on rank 0 (host {views[0][0]}) but "
-                                f"{got:,} on rank {r} (host {host}); {SAME_FILES}")
+        if seen:
+            p, want_size, got = seen
+            raise UserError(f"corpus file {p} holds {want_size:,} bytes on rank 0 (host {views[0][0]}) but "
+                            f"{got:,} on rank {r} (host {host}); {SAME_FILES}")
 
 
 def split(paths, parts):

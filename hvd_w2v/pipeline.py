@@ -212,7 +212,7 @@ def vocabulary(comm, corpus, out, cfg, check=None, quiet=False):
 
 def corpus_files(comm, paths, say):
     """``paths`` with each folder replaced by its files (corpus.files_of), as rank 0 lists them: hosts that
-    listed a folder each could see it differ while a file is written into it. Collective (one allgather)."""
+    listed a folder each could see it differ while a file is written into it. Collective (one broadcast)."""
     from .corpus import files_of
     from .errors import UserError
 
@@ -222,7 +222,7 @@ def corpus_files(comm, paths, say):
             listed = files_of(paths)
         except UserError as e:
             listed = str(e)
-    listed = comm.allgather(listed)[0]  # mpi4py: rank 0's list (or its error) to every rank
+    listed = comm.broadcast(listed)  # mpi4py: rank 0's list (or its error) to every rank
     if isinstance(listed, str):
         raise UserError(listed)
     files, notes = listed
