@@ -16,6 +16,7 @@ before it stalls the job (hvd_w2v/watchdog.py).
 """
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -79,8 +80,6 @@ class Reading:
     """
 
     def __init__(self, what, pieces, log, every=LOG_EVERY, clock=None):
-        import time
-
         self.what, self.log, self.every = what, log, every
         self.clock = clock or time.monotonic
         self.start = self.last = self.clock()

@@ -157,9 +157,9 @@ def count(comm, pieces, error=None, reading=None):
 
     Returns ``({word bytes: count}, tokens read by this rank)``. ``error``: this rank's bad-input message
     found before counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is
-    read (rank 0's). Raises UserError on every rank, at the first round after
-    any rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring;
-    the partial counts never exceed FLUSH_WORDS words plus one chunk's.
+    read (rank 0's). Raises UserError on every rank, at the first round after any rank meets bad input, with
+    the lowest rank's message (Comm.agree). Memory: see the module docstring; the partial counts never exceed
+    FLUSH_WORDS words plus one chunk's.
     """
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
