@@ -5,10 +5,10 @@ Who uses what, and why:
   updates (`allreduce_dense`, `broadcast_dense`). These have a fixed shape, where Horovod's fixed cost per
   call is paid back on large tensors.
 - mpi4py moves the *sparse, per-destination* traffic: ids, rows and gradients (`alltoallv`), and small
-  bookkeeping (`allgather`, `agree`, and the loss reports' sums, `allreduce_later`, which must not wait for
-  Horovod's cycle). A step's row counts change every step, and Horovod negotiates every call whose shape
-  changes, so its alltoall costs several times mpi4py's Alltoallv here (`mpi/launch -n 2 python -m
-  hvd_w2v.bench.collectives`; figures in hvd_w2v/bench/README.md, "Collectives").
+  bookkeeping (`allgather`, `broadcast`, `agree`, and the loss reports' sums, `allreduce_later`, which must
+  not wait for Horovod's cycle). A step's row counts change every step, and Horovod negotiates every call
+  whose shape changes, so its alltoall costs several times mpi4py's Alltoallv here (`mpi/launch -n 2 python
+  -m hvd_w2v.bench.collectives`; figures in hvd_w2v/bench/README.md, "Collectives").
 
 Every method here is collective: all ranks must call it, in the same order, with compatible arguments.
 Each counts itself in the rank's watchdog.Beat (``Comm.watch``: calls entered, and whether the main thread is
