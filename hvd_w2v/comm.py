@@ -428,21 +428,22 @@ def layout(comm):
             else "threads " + ", ".join(str(t) for _, t, *_ in found))
     text = (f"{counted(comm.size, 'rank')} on {counted(len(by_host), 'host')} ("
             + "; ".join(f"{h}: {_ranges(rs)}" for h, rs in by_host.items()) + f"), {each}")
-    for host, ranks in by_host.items():
-        cpus = set().union(*(found[r][3] for r in ranks))
-        if not any(found[r][2] for r in ranks) and len(cpus) > len(ranks):
-            budget = len(cpus) // len(ranks)
-            text += (f"; no thread budget was set, so {host}'s {counted(len(ranks), 'rank')} "
-                     f"{'uses' if len(ranks) == 1 else 'use'} {len(ranks)} of its {len(cpus)} CPUs: --threads "
-                     f"{budget} (threads={budget} in Python, or HVD_W2V_THREADS={budget}) uses them all, as "
-                     f"mpi/launch does")
-            break  # one host named: the others were started the same way
-    for host, ranks in by_host.items():
-        cpus, running = set().union(*(found[r][3] for r in ranks)), sum(found[r][1] for r in ranks)
-        if running > len(cpus):
-            text += (f"; {host} runs {running} threads on {len(cpus)} CPUs (oversubscribed: its threads take "
-                     f"turns, and each step waits for the slowest)")
-            break
+    # Per host: its ranks, the CPUs their masks hold, the threads they run, and whether any was given a budget.
+    usage = [(host, len(ranks), len(set().union(*(found[r][3] for r in ranks))), sum(found[r][1] for r in ranks),
+              any(found[r][2] for r in ranks)) for host, ranks in by_host.items()]
+    # One host named for each note: the others were most likely started the same way.
+    idle = next(((h, n, cpus) for h, n, cpus, _, given in usage if not given and cpus > n), None)
+    if idle:
+        host, n, cpus = idle
+        budget = cpus // n
+        text += (f"; no thread budget was set, so {host}'s {counted(n, 'rank')} {'uses' if n == 1 else 'use'} "
+                 f"{n} of its {cpus} CPUs: --threads {budget} (threads={budget} in Python, or "
+                 f"HVD_W2V_THREADS={budget}) uses them all, as mpi/launch does")
+    over = next(((h, cpus, running) for h, _, cpus, running, _ in usage if running > cpus), None)
+    if over:
+        host, cpus, running = over
+        text += (f"; {host} runs {running} threads on {cpus} CPUs (oversubscribed: its threads take turns, and "
+                 f"each step waits for the slowest)")
     return hosts, text
 
 

@@ -84,5 +84,5 @@ class Config:
 
     @classmethod
     def from_dict(cls, values):
-        known = {f.name for f in fields(cls)}
+        known = set(cls.options())
         return cls(**{k: v for k, v in values.items() if k in known})

@@ -45,14 +45,14 @@ def files_of(paths):
         except OSError as e:
             raise UserError(f"corpus folder cannot be listed: {p}: {e.strerror}") from None
         found = [os.path.join(p, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(p, n))]
-        kept = [f for f in found if os.path.getsize(f) > 0]
+        sizes = {f: os.path.getsize(f) for f in found}  # one stat a file: folders may hold thousands
+        kept = [f for f in found if sizes[f] > 0]
         if not kept:
             raise UserError(f"corpus folder {p} holds no non-empty file (its subfolders and hidden files are not "
                             f"read)")
         empty = len(found) - len(kept)
         notes.append(f"{p}: {len(kept):,} file{'s' if len(kept) > 1 else ''}, "
-                     f"{sum(os.path.getsize(f) for f in kept) / 2**20:,.1f} MiB"
-                     + (f" ({empty:,} empty left out)" if empty else ""))
+                     f"{sum(sizes.values()) / 2**20:,.1f} MiB" + (f" ({empty:,} empty left out)" if empty else ""))
         files += kept
     return files, notes
 

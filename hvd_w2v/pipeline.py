@@ -162,15 +162,15 @@ def unknown_options(config):
     from .config import Config
     from .errors import UserError
 
-    for name in config:
-        if name in Config.options():
-            continue
-        known = Config.options() + list(inspect.signature(train).parameters)
-        close = difflib.get_close_matches(name, known, 1)
-        hint = (f": hvd-w2v calls it {GENSIM_NAMES[name]!r}" if name in GENSIM_NAMES
-                else f": did you mean {close[0]!r}?" if close else "")
-        raise UserError(f"train() has no option {name!r}{hint} (its options: hvd_w2v.train's docstring, and hvd-w2v "
-                        f"train --help with _ for -)")
+    options = Config.options()
+    name = next((n for n in config if n not in options), None)
+    if name is None:
+        return
+    close = difflib.get_close_matches(name, options + list(inspect.signature(train).parameters), 1)
+    hint = (f": hvd-w2v calls it {GENSIM_NAMES[name]!r}" if name in GENSIM_NAMES
+            else f": did you mean {close[0]!r}?" if close else "")
+    raise UserError(f"train() has no option {name!r}{hint} (its options: hvd_w2v.train's docstring, and hvd-w2v "
+                    f"train --help with _ for -)")
 
 
 def start(cfg=None, threads=None, stall_timeout=None):

@@ -92,12 +92,11 @@ def open_corpus(paths, cfg, log=lambda m: None):
     stream as on any rank count)."""
     if not paths:
         raise UserError("plan: give the corpus (text files) or a run folder (with vocab.txt and ids/)")
-    marks = ("vocab.txt", "ids")  # what `hvd-w2v vocab`, `encode` or `train` wrote: a run folder
-    if len(paths) == 1 and any(os.path.exists(os.path.join(paths[0], m)) for m in marks):
-        return _run_folder(paths[0], cfg)
-    from . import encode, vocab
+    from . import encode, runfolder, vocab
     from .corpus import files_of
 
+    if len(paths) == 1 and runfolder.holds_a_run(paths[0]):
+        return _run_folder(paths[0], cfg)
     paths, notes = files_of(paths)  # any other folder is a corpus folder, as train reads it
     for note in notes:
         log(f"plan: corpus {note}")

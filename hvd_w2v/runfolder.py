@@ -31,6 +31,13 @@ CHECKPOINTS = "checkpoints"
 
 # -- the folder itself ---------------------------------------------------------------------------------------
 
+def holds_a_run(path):
+    """True where the folder ``path`` holds anything a run writes into its folder (run.json, vocab.txt, ids/,
+    checkpoints/): a run folder, whole or not, rather than a folder of corpus files."""
+    return os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
+                                       for name in (RECORD, "vocab.txt", "ids", CHECKPOINTS))
+
+
 def writable(comm, out, shared=True, name="--out"):
     """Create the folder ``out`` and check that it can be written; UserError on every rank otherwise.
 
@@ -297,7 +304,7 @@ def describe(path, verify=False):
     elif os.path.isdir(path):
         run, folders, is_run = path, [p for _, p in checkpoint.scan(os.path.join(path, CHECKPOINTS))], True
         lines = [f"run folder: {path}"]
-        if not any(os.path.exists(os.path.join(path, n)) for n in (RECORD, "vocab.txt", CHECKPOINTS)):
+        if not holds_a_run(path):
             raise UserError(f"{path} is not a run folder (no {RECORD}, vocab.txt or {CHECKPOINTS}/ in it)")
     else:
         raise UserError(f"{path} is not a folder: give a run folder (train's --out) or a checkpoint folder")
