@@ -53,9 +53,10 @@ POLL_STEPS = 5
 # Config fields a resume must share with the checkpoint: each changes the step schedule, the random draws or
 # the update rule, so a run resumed with another value would be neither this run nor a fresh one. The
 # vocabulary (min_count, max_vocab_size, the corpus) is checked through its sha256 and the stream length;
-# hot_rows may differ (it changes only the order of float32 sums).
+# hot_rows may differ (it changes only the order of float32 sums). A manifest without a field (one written
+# before the field existed) had its default.
 EXACT = ("dim", "seed", "window", "negative", "sample", "batch_words", "epochs", "alpha", "min_alpha", "sg",
-         "update_cap", "span")
+         "update_cap", "span", "shards", "superstep", "merge_cap")
 CHUNK = 1 << 24  # bytes written or hashed per call: bounds the extra memory of a checkpoint
 NAME = re.compile(r"^step-(\d{9})$")
 
@@ -112,7 +113,7 @@ def file_sha256(comm, path):
 
 def meta(cfg, vocab_size, vocab_sha, stream_length):
     """What a checkpoint records about its run besides the rows (the manifest's fixed part)."""
-    steps = -(-stream_length // cfg.batch_words) * cfg.epochs
+    steps = cfg.steps_per_epoch(stream_length) * cfg.epochs
     return {"config": cfg.to_dict(), "vocab": {"size": vocab_size, "sha256": vocab_sha},
             "stream_length": stream_length, "total_steps": steps}
 
@@ -272,11 +273,11 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
     if stream_length is not None and m["stream_length"] != stream_length:
         raise UserError(f"checkpoint {folder} was written for a corpus of {m['stream_length']:,} positions; "
                         f"this one has {stream_length:,}: resume with the same corpus")
-    now = cfg.to_dict()
+    now, before = cfg.to_dict(), {**type(cfg)().to_dict(), **old_cfg}
     for field in EXACT:
-        if old_cfg.get(field) != now[field]:
+        if before.get(field) != now[field]:
             option = "--sg/--cbow" if field == "sg" else f"--{field.replace('_', '-')}"
-            raise UserError(f"checkpoint {folder} was written with {option} {old_cfg.get(field)}, this run has "
+            raise UserError(f"checkpoint {folder} was written with {option} {before.get(field)}, this run has "
                             f"{now[field]}: an exact resume needs the same value (or start afresh without --resume)")
     if m["dim"] != cfg.dim:
         raise UserError(f"checkpoint {folder} holds {m['dim']}-dimensional rows, this run has --dim {cfg.dim}")

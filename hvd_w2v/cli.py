@@ -282,6 +282,15 @@ def add_train_options(p):
     r.add_argument("--update-cap", type=float, default=d.update_cap,
                    help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
                         "updates (default: %(default)s)")
+    r.add_argument("--shards", type=int, default=d.shards,
+                   help="shard-local SGD: the stream cut into this many shards, each running word2vec's "
+                        "sequential SGD between super-step exchanges; the same vectors on any layout that "
+                        "hosts them (0: the exact step of --batch-words; default: %(default)s)")
+    r.add_argument("--superstep", type=int, default=d.superstep,
+                   help="with --shards: positions of each shard per super-step (default: %(default)s)")
+    r.add_argument("--merge-cap", type=float, default=d.merge_cap,
+                   help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
+                        "min(1, cap/m); 1 averages them (default: %(default)s)")
     r.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
                    help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
                         "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")

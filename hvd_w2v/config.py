@@ -35,6 +35,15 @@ class Config:
     # in hvd_w2v/bench/README.md, "Quality" and "Settings").
     update_cap: float = 64.0
     span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
+    # Shard-local SGD (localsgd), when ``shards`` is 1 or more: the stream is cut into that many shards, each
+    # running word2vec's sequential SGD over ``superstep`` consecutive positions of its own between exchanges,
+    # and the vectors depend on (shards, superstep), never on the layout that hosts them. 0: the exact global
+    # step of ``batch_words`` above. hvd_w2v/bench/README.md, "Shard-local SGD", has the quality against both.
+    shards: int = 0
+    superstep: int = 4096  # positions of each shard per super-step
+    # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
+    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's), a large cap adds them.
+    merge_cap: float = 1.0
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
@@ -64,6 +73,9 @@ class Config:
             (self.hot_rows >= 0, f"--hot-rows must be 0 or more, got {self.hot_rows}"),
             (self.update_cap >= 1, f"--update-cap must be at least 1, got {self.update_cap}"),
             (self.span == 0 or self.span >= self.window, f"--span must be 0 or at least --window, got {self.span}"),
+            (0 <= self.shards <= 1 << 24, f"--shards must be 0 (the exact step) or 1..16777216, got {self.shards}"),
+            (1 <= self.superstep <= 1 << 24, f"--superstep must be in 1..16777216, got {self.superstep}"),
+            (self.merge_cap > 0, f"--merge-cap must be more than 0, got {self.merge_cap}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -73,6 +85,13 @@ class Config:
     def context_span(self):
         """How far (raw positions) a centre looks for its kept neighbours; fixed so results are rank-free."""
         return self.span or 4 * self.window
+
+    def steps_per_epoch(self, n):
+        """Global steps in an epoch of ``n`` positions: exact steps of ``batch_words``, or super-steps of
+        ``superstep`` positions of every shard (the longest shard's, ceil(n / shards), sets the count)."""
+        if self.shards:
+            return -(-(-(-n // self.shards)) // self.superstep)
+        return -(-n // self.batch_words)
 
     def to_dict(self):
         return asdict(self)

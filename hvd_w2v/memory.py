@@ -121,12 +121,23 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     slots and at most 2V (a W_in and a W_out row per word). Each thread of the compiled step but the first keeps
     a float32 buffer of its own from step to step (sgns_kernel.cc), for the rows several threads add into:
     counted as [U, dim], though those rows are a part of U.
+
+    With shards (localsgd), a super-step's centres are ``superstep`` positions of each of the rank's
+    ``ceil(shards / P)`` shards, and instead of those buffers each shard holds its deltas until the merge and
+    each thread a private copy of the rows of the shard it runs (localsgd_kernel.cc), at most a shard's slots
+    or 2V + 1 rows each.
     """
-    centres = math.ceil(cfg.batch_words / ranks)
-    slots = centres * (2 * cfg.window + 1 + cfg.negative)
+    hosted = math.ceil(cfg.shards / ranks)
+    centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
+    per_centre = 2 * cfg.window + 1 + cfg.negative
+    slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
+    if cfg.shards:  # no [slots, dim] blocks: the graph never runs a super-step
+        copies = (hosted + min(threads, hosted)) * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
+    else:
+        copies = STEP_SLOT_COPIES * slots + (threads - 1) * unique
     return (STEP_FIXED_BYTES + (STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT) * slots
-            + 4 * cfg.dim * (STEP_SLOT_COPIES * slots + (STEP_UNIQUE_COPIES + threads - 1) * unique))
+            + 4 * cfg.dim * (STEP_UNIQUE_COPIES * unique + copies))
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1):
@@ -165,7 +176,8 @@ def exchange_bytes(cfg, ranks):
     """
     if ranks == 1:
         return 0
-    slots = math.ceil(cfg.batch_words / ranks) * (2 * cfg.window + 1 + cfg.negative)
+    centres = math.ceil(cfg.shards / ranks) * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
+    slots = centres * (2 * cfg.window + 1 + cfg.negative)
     return slots * (8 + 4 * cfg.dim + 4 * cfg.dim + 4)
 
 

@@ -319,3 +319,51 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
                                    negative, ranks, n_hot, int(sg), row_bucket, n_pad, keys.ctypes.data,
                                    owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data, threads)
     return keys[:unique], owned, ctx, tgt, sgd[:unique]
+
+
+# -- shard-local SGD's super-step (localsgd_kernel.cc) -------------------------------------------------------
+
+LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P],
+                   "hvd_w2v_shard_touches": [I64, P, I64, P, I64, I64, P, I64, P]}
+
+
+def local_sgd_kernel():
+    """The library of localsgd_kernel.cc, or None (localsgd's numpy loop then: the same sums, far slower)."""
+    return _library("localsgd_kernel", LOCAL_FUNCTIONS, "the compiled shard-local SGD", I64,
+                    fallback="a numpy loop")
+
+
+def _shard_blocks(rows_count, ctx, tgt, bounds):
+    """The checked (ctx, tgt, bounds) arguments of the local-SGD calls."""
+    bounds = np.ascontiguousarray(bounds, np.int64)
+    if not (ctx.dtype == tgt.dtype == np.int32 and ctx.ndim == tgt.ndim == 2 and len(ctx) == len(tgt)
+            and ctx.flags.c_contiguous and tgt.flags.c_contiguous and len(bounds) >= 2 and rows_count >= 1):
+        raise ValueError("local SGD takes int32 C-contiguous ctx [n, w] and tgt [n, 1 + K] and shard bounds")
+    return bounds
+
+
+def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1):
+    """localsgd's super-step in one compiled call on ``threads`` threads (the same bytes on any count):
+    ``rows`` float32[T, d] (the snapshot, row T - 1 "no context word"), ``ctx`` int32[n, w] and ``tgt``
+    int32[n, 1 + K], shard s's centres ``[bounds[s], bounds[s + 1])``. Returns (deltas float32[T - 1, d]:
+    each row's deltas summed over the shards, loss, count)."""
+    bounds = _shard_blocks(len(rows), ctx, tgt, bounds)
+    if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
+        raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
+    deltas = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
+    sums = (ctypes.c_double * 2)()
+    if lib.hvd_w2v_local_sgd(int(sg), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
+                             tgt.ctypes.data, tgt.shape[1], len(ctx), bounds.ctypes.data, len(bounds) - 1, alpha,
+                             threads, deltas.ctypes.data, sums):
+        raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}) and its bounds increase within the centres")
+    return deltas, sums[0], sums[1]
+
+
+def shard_touches(lib, table, ctx, tgt, bounds):
+    """How many shards touch each of the ``table - 1`` rows (float32), from the examples alone."""
+    bounds = _shard_blocks(table, ctx, tgt, bounds)
+    touches = np.empty(table - 1, np.float32)
+    if lib.hvd_w2v_shard_touches(table, ctx.ctypes.data, ctx.shape[1], tgt.ctypes.data, tgt.shape[1], len(ctx),
+                                 bounds.ctypes.data, len(bounds) - 1, touches.ctypes.data):
+        raise IndexError(f"shard rows must lie in [0, {table}) and the bounds increase within the centres")
+    return touches

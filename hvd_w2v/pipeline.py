@@ -92,6 +92,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
     comm, say = saver.comm, saver.log
+    _rule(cfg).check_layout(cfg, comm.size)
     record = {}  # OUT/run.json
     if comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
         comm.watchdog.on_stall = lambda info: _record_stall(out, record, info, saver)
@@ -365,7 +366,19 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
             state="training", steps_done=resumed.step if resumed else 0, hvd_w2v=__version__)
     # The same object on every rank: with TensorBoard each report is collective (training.train's contract).
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
-    return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver)
+    return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
+                          rule=_rule(cfg))
+
+
+def _rule(cfg):
+    """The step rule ``cfg`` asks for: localsgd.LocalSGD with shards, else training.ExactStep."""
+    if cfg.shards:
+        from .localsgd import LocalSGD
+
+        return LocalSGD
+    from .training import ExactStep
+
+    return ExactStep
 
 
 def _record(comm, out, record, **changes):

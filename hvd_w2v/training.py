@@ -78,15 +78,16 @@ class ShardedModel:
         return cls(plan, rows)
 
 
-def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
+def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule=None):
     """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective.
 
-    ``resume`` (a checkpoint.Loaded: ``step``, this rank's interleaved ``rows``) starts after that many global
-    steps from those rows instead of from scratch. ``saver`` (a checkpoint.Saver), when given, is told of
-    every finished step but the last and may write a checkpoint, or raise checkpoint.Interrupted.
+    ``rule`` is the step rule, a class built as ``rule(cfg, vocab, stream, plan, n_hot, rank, threads)``:
+    :class:`ExactStep` (the default) or localsgd.LocalSGD; the loop, the exchange, the hot rows, the reports
+    and the checkpoints are the same for both. ``resume`` (a checkpoint.Loaded: ``step``, this rank's
+    interleaved ``rows``) starts after that many global steps from those rows instead of from scratch.
+    ``saver`` (a checkpoint.Saver), when given, is told of every finished step but the last and may write a
+    checkpoint, or raise checkpoint.Interrupted.
     """
-    from . import sgns
-
     plan = RowPlan(vocab.size, comm.size)
     if resume is None:
         model = ShardedModel.initial(cfg, plan, comm.rank)
@@ -95,15 +96,11 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
     exchange = Exchange(comm, plan, model.table)
-    step_fn = sgns.step_function(cfg.sg, cfg.window, threads=comm.threads)
-    apply = CappedAdd(float(cfg.update_cap), comm.threads)
-    n = len(stream)
-    steps = math.ceil(n / cfg.batch_words)
+    rule = (rule or ExactStep)(cfg, vocab, stream, plan, hot.n, comm.rank, comm.threads)
+    steps = cfg.steps_per_epoch(len(stream))
     total_steps = steps * cfg.epochs
-    log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} steps of "
-              f"{cfg.batch_words:,} positions, hot rows {hot.n}; step maths: "
-              f"{'compiled' if step_fn.fused else 'TensorFlow graph'}, row copies: "
-              f"{'compiled' if native.row_copies() else 'numpy'}")
+    log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} {rule.describe()}, hot rows "
+              f"{hot.n}; row copies: {'compiled' if native.row_copies() else 'numpy'}")
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
     # loss, pairs, rank 0's proposal (steps until the next report), then each rank's seconds outside the
@@ -113,23 +110,19 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     watch = comm.watch  # the stall watchdog's view of this rank (watchdog.Beat): one assignment a step
     watch.enter("train", step=first)
 
-    def prepare(done):
-        """This rank's examples of global step ``done`` (counted over all epochs), indexed for the step."""
-        return prepare_step(stream, vocab, cfg, plan, hot.n, step_fn.groups, done, comm.rank, comm.threads)
-
     if progress:
         from .progress import Progress  # a bar on a terminal, else a line every 5 s; TensorBoard
 
         progress = Progress.of(comm, progress)
     start = time.monotonic()
     reports = Reports(comm)
-    ahead = Ahead(prepare, first, total_steps, AHEAD_STEPS)
+    ahead = Ahead(rule.prepare, first, total_steps, AHEAD_STEPS)
     route = exchange.route(ahead.peek().ask) if first < total_steps else None
     for done in range(first, total_steps):
         epoch = done // steps
         alpha = max(cfg.min_alpha, cfg.alpha - (cfg.alpha - cfg.min_alpha) * done / total_steps)
         step = ahead.pop()
-        loss, pairs, route = _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply)
+        loss, pairs, route = _step(exchange, hot, rule, step, ahead, route, alpha, stats)
         watch.step = done + 1
         report[0] += loss  # two scalar adds: a slice's += converts the pair to an array every step
         report[1] += pairs
@@ -159,6 +152,34 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None):
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
     stats["stream_read"] = comm.allgather(stream.bytes_read)  # mpi4py: the id stream's bytes each rank read
     return model, stats
+
+
+class ExactStep:
+    """The exact global step's rule: every update of a step from the state at its start, summed per row and
+    capped (CappedAdd, ``cfg.update_cap``); ``cfg.batch_words`` positions a step, shared out over the ranks.
+    What :func:`train` asks of a rule: ``prepare(done)`` (this rank's StepPlan of global step ``done``),
+    ``empty_rows(table, dim)`` and ``maths(rows, step, alpha) -> (updates, loss, count)``, ``apply`` (the
+    owners' add) and ``describe()``."""
+
+    @staticmethod
+    def check_layout(cfg, ranks):
+        """Any layout runs the exact step (localsgd.LocalSGD.check_layout refuses some)."""
+
+    def __init__(self, cfg, vocab, stream, plan, n_hot, rank, threads):
+        from . import sgns
+
+        self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads)
+        self.apply = CappedAdd(float(cfg.update_cap), threads)
+        self.empty_rows = self.fn.empty_rows
+        self.prepare = lambda done: prepare_step(stream, vocab, cfg, plan, n_hot, self.fn.groups, done, rank,
+                                                 threads)
+
+    def maths(self, rows, step, alpha):
+        return self.fn(rows, step.ctx, step.tgt, alpha)
+
+    def describe(self):
+        return (f"steps of {self.cfg.batch_words:,} positions; step maths: "
+                f"{'compiled' if self.fn.fused else 'TensorFlow graph'}")
 
 
 def share(cfg, n, done, rank, ranks):
@@ -338,7 +359,7 @@ def _padded(block, none):
     return out
 
 
-def _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply):
+def _step(exchange, hot, rule, step, ahead, route, alpha, stats):
     """One step on this rank's examples (a StepPlan, its ``route`` already sent); collective even when it has
     none. Returns (loss, pairs, the next step's route).
 
@@ -350,18 +371,18 @@ def _step(exchange, hot, step_fn, step, ahead, route, alpha, stats, apply):
     upcoming = ahead.peek()
     ask = upcoming.ask if upcoming else None
     t0, ahead0 = time.monotonic(), ahead.seconds
-    rows = step_fn.empty_rows(step.table, hot.rows.shape[1])  # read by the step function without a copy
+    rows = rule.empty_rows(step.table, hot.rows.shape[1])  # read by the step's maths without a copy
     asked_next = exchange.gather(route, rows[:cold], ask, ahead.fill)
     if cold < len(keys):
         rows[cold:len(keys)] = hot.rows[keys[cold:]]
     rows[len(keys):] = 0  # padding; the last row stands for "no context word"
     t1 = time.monotonic()
 
-    updates, loss, pairs = step_fn(rows, step.ctx, step.tgt, np.float32(alpha))
+    updates, loss, pairs = rule.maths(rows, step, np.float32(alpha))
 
     t2 = time.monotonic()
-    route = exchange.scatter(route, updates[:cold], apply, ask, asked_next, ahead.fill)
-    hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], apply)
+    route = exchange.scatter(route, updates[:cold], rule.apply, ask, asked_next, ahead.fill)
+    hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], rule.apply)
     # Steps prepared while waiting are the loop's work, not the exchange's.
     stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2) - (ahead.seconds - ahead0)
     return float(loss), float(pairs), route

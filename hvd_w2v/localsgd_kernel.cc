@@ -1,0 +1,224 @@
+// A super-step of shard-local SGD (hvd_w2v/localsgd.py) in one call: every shard of the stream runs
+// word2vec.c's sequential SGD over its centres on a private copy of the rows they touch, each update seeing
+// the ones before it, all from the same snapshot of the super-step's table; then each shard's deltas (its
+// copy less the snapshot) are summed row by row in shard order. Called through ctypes (native.local_sgd),
+// like the other compiled pieces.
+//
+// Contract (native.local_sgd documents it for Python): rows float32[T, d] (the super-step's unique rows, then
+// zero rows; T - 1 stands for "no context word"), ctx int32[n, w] of row indices and tgt int32[n, 1 + K] (the
+// centre's W_out row, then its noise words'), the centres of shard s being [bounds[s], bounds[s + 1]). Writes
+// deltas float32[T - 1, d], every row's deltas summed over the shards that touched it, and sums[0] the loss
+// (summed -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). A noise
+// word equal to the centre is skipped, as in word2vec.c.
+//
+// Threads (the rank's budget): shard s runs on thread s % threads, shards in turn on each thread. A shard's
+// deltas depend on its centres and the snapshot alone, and the sum runs in shard order over each thread's range
+// of rows, so the result is the same bytes on any thread count, and on one rank the same as on several up to
+// the order of float32 sums (an owner adds its sources rank by rank; exchange.Exchange.scatter).
+//
+// Built by hvd_w2v/native.py (g++ -fopenmp) into a cache folder.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+inline float dot(const float* a, const float* b, int d) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float g, const float* x, float* y, int d) {
+#pragma omp simd
+  for (int i = 0; i < d; ++i) y[i] += g * x[i];
+}
+
+// sigmoid(f) and the loss -log sigmoid(+-f) from one exp, stable for any f.
+inline float sigmoid_and_loss(float f, bool positive, double* loss) {
+  const float e = std::exp(-std::fabs(f));
+  const float x = positive ? f : -f;
+  *loss += (x >= 0 ? 0.f : -x) + std::log1p(e);
+  return f >= 0 ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+// A target slot that trains nothing: no target, or a noise word equal to the centre.
+inline bool skipped(const int32_t* ts, int k, int32_t none) { return ts[k] == none || (k > 0 && ts[k] == ts[0]); }
+
+// One shard's private rows: ``at[r]`` is the place of table row r in ``copy`` (-1: not copied yet), and
+// ``order`` the rows copied, so the deltas can be listed in row order at the end. Kept from call to call (a
+// thread's, reused by every shard it runs): fresh buffers would be fresh pages every super-step.
+struct Copy {
+  std::vector<int32_t> at;
+  std::vector<int32_t> order;
+  std::vector<float> copy;
+  int64_t d = 0;
+  // Ready for a shard of at most ``most`` distinct rows of a table of T: sized once, so that the pointers
+  // row() hands out stay valid through the shard.
+  void begin(int64_t T, int64_t dim, int64_t most) {
+    if (static_cast<int64_t>(at.size()) < T) at.assign(T, -1);
+    if (static_cast<int64_t>(copy.size()) < most * dim) copy.resize(most * dim);
+    order.clear();
+    d = dim;
+  }
+  // The private row of table row r, copied from the snapshot on first use.
+  float* row(int32_t r, const float* rows) {
+    int32_t& place = at[r];
+    if (place < 0) {
+      place = static_cast<int32_t>(order.size());
+      order.push_back(r);
+      std::memcpy(copy.data() + place * d, rows + static_cast<int64_t>(r) * d, d * sizeof(float));
+    }
+    return copy.data() + static_cast<int64_t>(place) * d;
+  }
+};
+
+// A finished shard's deltas: rows in increasing order and their deltas, [rows, d].
+struct Deltas {
+  std::vector<int32_t> rows;
+  std::vector<float> delta;
+  double loss = 0, count = 0;
+};
+
+// Shard [lo, hi)'s SGD on ``mine``, its deltas into ``out``.
+void shard(bool sg, const float* rows, int64_t d, int32_t none, float alpha, const int32_t* ctx, int64_t w,
+           const int32_t* tgt, int64_t k1, int64_t lo, int64_t hi, Copy& mine, Deltas& out) {
+  mine.begin(none + 1, d, std::min<int64_t>(none, (hi - lo) * (w + k1)));
+  std::vector<float> work(d), hidden(d), grad(k1);
+  std::vector<float*> l2(k1);
+  double loss = 0, count = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const int32_t* cs = ctx + i * w;
+    const int32_t* ts = tgt + i * k1;
+    for (int64_t k = 0; k < k1; ++k) l2[k] = skipped(ts, k, none) ? nullptr : mine.row(ts[k], rows);
+    if (sg) {
+      // word2vec.c's skip-gram: each context word's W_in row against the centre's and the noise words' W_out
+      // rows; the W_out rows change at once, the W_in row after its targets (neu1e).
+      for (int64_t j = 0; j < w; ++j) {
+        if (cs[j] == none) continue;
+        float* l1 = mine.row(cs[j], rows);
+        std::fill(work.begin(), work.end(), 0.f);
+        for (int64_t k = 0; k < k1; ++k) {
+          if (!l2[k]) continue;
+          const float g = ((k == 0 ? 1.f : 0.f) - sigmoid_and_loss(dot(l1, l2[k], d), k == 0, &loss)) * alpha;
+          axpy(g, l2[k], work.data(), d);
+          axpy(g, l1, l2[k], d);
+        }
+        axpy(1.f, work.data(), l1, d);
+        count += 1;
+      }
+    } else {
+      int m = 0;
+      std::fill(hidden.begin(), hidden.end(), 0.f);
+      for (int64_t j = 0; j < w; ++j) {
+        if (cs[j] == none) continue;
+        axpy(1.f, mine.row(cs[j], rows), hidden.data(), d);
+        ++m;
+      }
+      if (m == 0) continue;
+      for (int64_t x = 0; x < d; ++x) hidden[x] /= m;
+      std::fill(work.begin(), work.end(), 0.f);
+      for (int64_t k = 0; k < k1; ++k) {
+        if (!l2[k]) continue;
+        const float g = ((k == 0 ? 1.f : 0.f) - sigmoid_and_loss(dot(hidden.data(), l2[k], d), k == 0, &loss)) * alpha;
+        axpy(g, l2[k], work.data(), d);
+        axpy(g, hidden.data(), l2[k], d);
+      }
+      // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
+      for (int64_t j = 0; j < w; ++j)
+        if (cs[j] != none) axpy(1.f, work.data(), mine.row(cs[j], rows), d);
+      count += 1;
+    }
+  }
+  // The deltas in row order, and the copy's marks cleared for the next shard.
+  std::vector<int32_t> order = mine.order;
+  std::sort(order.begin(), order.end());
+  out.rows = order;
+  out.delta.resize(order.size() * d);
+  for (size_t e = 0; e < order.size(); ++e) {
+    const int32_t r = order[e];
+    const float* now = mine.copy.data() + static_cast<int64_t>(mine.at[r]) * d;
+    const float* before = rows + static_cast<int64_t>(r) * d;
+    float* o = out.delta.data() + e * d;
+    for (int64_t x = 0; x < d; ++x) o[x] = now[x] - before[x];
+  }
+  for (int32_t r : order) mine.at[r] = -1;
+  out.loss = loss, out.count = count;
+}
+
+std::vector<Copy> copies;  // a thread's (the library's: a rank calls from one Python thread)
+
+}  // namespace
+
+extern "C" {
+
+// The super-step (the contract above). Returns 0, or -1 with nothing written when a row index lies outside
+// [0, T) or the bounds are not increasing within [0, n].
+int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, const int32_t* ctx, int64_t w,
+                          const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
+                          float alpha, int64_t threads, float* deltas, double* sums) {
+  const int32_t none = static_cast<int32_t>(T - 1);
+  if (shards < 1 || bounds[0] < 0 || bounds[shards] > n) return -1;
+  for (int64_t s = 0; s < shards; ++s)
+    if (bounds[s] > bounds[s + 1]) return -1;
+  for (int64_t j = 0; j < n * w; ++j)
+    if (ctx[j] < 0 || ctx[j] > none) return -1;
+  for (int64_t j = 0; j < n * k1; ++j)
+    if (tgt[j] < 0 || tgt[j] > none) return -1;
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
+  if (static_cast<int>(copies.size()) < team) copies.resize(team);
+  std::vector<Deltas> done(shards);
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num();
+    Copy& mine = copies[t];
+    for (int64_t s = t; s < shards; s += team)
+      shard(sg, rows, d, none, alpha, ctx, w, tgt, k1, bounds[s], bounds[s + 1], mine, done[s]);
+#pragma omp barrier
+    // This thread's range of rows, each row's deltas added shard by shard in shard order.
+    const int64_t r0 = (T - 1) * t / team, r1 = (T - 1) * (t + 1) / team;
+    std::fill(deltas + r0 * d, deltas + r1 * d, 0.f);
+    for (int64_t s = 0; s < shards; ++s) {
+      const std::vector<int32_t>& rs = done[s].rows;
+      for (auto at = std::lower_bound(rs.begin(), rs.end(), r0); at != rs.end() && *at < r1; ++at) {
+        const int64_t e = at - rs.begin();
+        axpy(1.f, done[s].delta.data() + e * d, deltas + static_cast<int64_t>(*at) * d, d);
+      }
+    }
+  }
+  sums[0] = sums[1] = 0.0;
+  for (int64_t s = 0; s < shards; ++s) sums[0] += done[s].loss, sums[1] += done[s].count;
+  return 0;
+}
+
+// How many shards touch each row: touches[r] for r in [0, T - 1), the row T - 1 ("none") left out. Known from
+// the examples alone, before the super-step, so it travels with the keys (exchange.Ask.sgd) to the owners,
+// whose merge rule scales a row's summed deltas by it (training.CappedAdd). Returns 0, or -1 as above.
+int64_t hvd_w2v_shard_touches(int64_t T, const int32_t* ctx, int64_t w, const int32_t* tgt, int64_t k1, int64_t n,
+                              const int64_t* bounds, int64_t shards, float* touches) {
+  const int32_t none = static_cast<int32_t>(T - 1);
+  if (shards < 1 || bounds[0] < 0 || bounds[shards] > n) return -1;
+  std::vector<int64_t> last(T, -1);  // the last shard that counted row r
+  std::fill(touches, touches + (T - 1), 0.f);
+  auto mark = [&](int32_t r, int64_t s) {
+    if (r < 0 || r > none) return false;
+    if (r != none && last[r] != s) last[r] = s, touches[r] += 1.f;
+    return true;
+  };
+  for (int64_t s = 0; s < shards; ++s) {
+    if (bounds[s] > bounds[s + 1]) return -1;
+    for (int64_t j = bounds[s] * w; j < bounds[s + 1] * w; ++j)
+      if (!mark(ctx[j], s)) return -1;
+    for (int64_t j = bounds[s] * k1; j < bounds[s + 1] * k1; ++j)
+      if (!mark(tgt[j], s)) return -1;
+  }
+  return 0;
+}
+
+}  // extern "C"

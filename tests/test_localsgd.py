@@ -1,0 +1,99 @@
+"""Shard-local SGD (--shards): the compiled super-step against its numpy reference, the same bytes on any
+thread count, and the same vectors on every layout that hosts the same shards (real ranks)."""
+import numpy as np
+import pytest
+
+from conftest import launch
+from hvd_w2v import localsgd, native
+from hvd_w2v.synthetic import generate
+from test_train import load
+
+# A shard's float32 dot products and sigmoids are summed in another order by the kernel (SIMD) than by numpy,
+# and the drift carries through the shard's later updates; a wrong row or order moves values by 1e-2 or more.
+KERNEL_ATOL = 2e-5
+# Between layouts, only the owners' order of adding the ranks' summed deltas differs (see test_train.ATOL).
+ATOL = 1e-5
+
+
+def problem(seed, sg, shards=3, n=40, d=16, w=4, k=3, rows=60):
+    """A super-step's snapshot and examples: ``rows`` table rows (the last "none"), ``n`` centres cut into
+    ``shards`` shards; even rows are W_in (contexts), odd W_out (targets), as keys are."""
+    g = np.random.default_rng(seed)
+    table = g.normal(0, 0.3, (rows, d)).astype(np.float32)
+    table[-1] = 0
+    none = rows - 1
+    ctx = (2 * g.integers(0, none // 2, (n, w))).astype(np.int32)
+    ctx[g.random((n, w)) < 0.3] = none
+    ctx[:, 0] = 2 * g.integers(0, none // 2, n)  # every centre has a context word
+    tgt = (2 * g.integers(0, none // 2, (n, 1 + k)) + 1).astype(np.int32)
+    tgt[::7, 2] = tgt[::7, 0]  # a noise word equal to its centre: skipped
+    bounds = np.sort(g.integers(0, n + 1, shards - 1))
+    return table, ctx, tgt, np.concatenate(([0], bounds, [n])).astype(np.int64)
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["sg", "cbow"])
+def test_the_kernel_is_sequential_sgd_per_shard_summed_in_shard_order(sg):
+    lib = native.local_sgd_kernel()
+    assert lib is not None, native.unavailable("localsgd_kernel")
+    rows, ctx, tgt, bounds = problem(1, sg)
+    want, want_loss, want_count = localsgd.reference(sg, rows, ctx, tgt, bounds, np.float32(0.05))
+    got, loss, count = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), threads=1)
+    assert np.abs(want).max() > 1e-2  # it learned
+    assert np.abs(got - want).max() < KERNEL_ATOL
+    assert count == want_count and loss == pytest.approx(want_loss, rel=1e-5)
+    # threads run whole shards and the sum keeps shard order: the same bytes on any count
+    for threads in (2, 3, 5):
+        again, loss2, count2 = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), threads)
+        assert again.tobytes() == got.tobytes() and (loss2, count2) == (loss, count)
+    # a shard sees its own updates at once, and not the other shards': one shard is not three summed
+    one, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds[[0, -1]], np.float32(0.05))
+    assert np.abs(one - got).max() > 1e-3
+
+
+def test_touches_count_the_shards_that_name_a_row():
+    lib = native.local_sgd_kernel()
+    rows, ctx, tgt, bounds = problem(2, True, shards=4)
+    got = native.shard_touches(lib, len(rows), ctx, tgt, bounds)
+    assert got.tolist() == localsgd._touches(len(rows), ctx, tgt, bounds).tolist()
+    assert got.max() > 1 and got.sum() > len(np.unique(np.concatenate((ctx.ravel(), tgt.ravel())))) - 1
+
+
+def test_bad_rows_or_bounds_are_refused():
+    lib = native.local_sgd_kernel()
+    rows, ctx, tgt, bounds = problem(3, True)
+    bad = ctx.copy()
+    bad[0, 0] = len(rows)
+    with pytest.raises(IndexError):
+        native.local_sgd(lib, True, rows, bad, tgt, bounds, np.float32(0.05))
+    with pytest.raises(IndexError):
+        native.local_sgd(lib, True, rows, ctx, tgt, bounds[::-1].copy(), np.float32(0.05))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "zipf.txt"
+    generate(str(path), 20000, vocab=1500, pairs=20, first=20, seed=4)
+    return str(path)
+
+
+def train(corpus, out, nranks, threads, *options):
+    result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, "--epochs", "2", "--shards", "4",
+                             "--superstep", "512", "--quiet", "--show", "", *options], timeout=240, threads=threads)
+    assert result.ok, result.output[-3000:]
+    return load(f"{out}/vectors.bin")
+
+
+# Skip-gram with hot rows (their deltas summed by Horovod), CBOW without (every row through the alltoall).
+ARCH = {"sg": ["--sg", "--hot-rows", "40"], "cbow": ["--cbow"]}
+
+
+@pytest.mark.parametrize("arch", ["sg", "cbow"])
+def test_the_same_vectors_on_every_layout_of_four_shards(corpus, tmp_path, arch):
+    """1 rank x 4 threads, 2 x 2 and 4 x 1 (oversubscribed on 2 cores) host the same 4 shards."""
+    ref = train(corpus, str(tmp_path / "1x4"), 1, 4, *ARCH[arch])
+    assert np.abs(ref.vectors).max() > 0.02  # trained: W_in starts within +-1/dim = 0.01
+    for nranks, threads in [(2, 2), (4, 1)]:
+        got = train(corpus, str(tmp_path / f"{nranks}x{threads}"), nranks, threads, *ARCH[arch])
+        assert got.index_to_key == ref.index_to_key
+        diff = np.abs(got.vectors - ref.vectors).max()
+        assert diff < ATOL, f"{nranks} x {threads} differs from 1 x 4 by {diff:.2e}"
