@@ -126,8 +126,8 @@ def reference(sg, rows, ctx, tgt, bounds, alpha):
                 inputs = []
             for l1, into in inputs:
                 work = np.zeros(rows.shape[1], np.float32)
-                for t, label in zip(ts, labels):
-                    f = np.float32(np.dot(l1, mine[t]))
+                fs = [np.float32(np.dot(l1, mine[t])) for t in ts]  # every dot product before the updates
+                for t, label, f in zip(ts, labels, fs):
                     sig = np.float32(1 / (1 + np.exp(-np.float64(f))))
                     loss += -np.log(sig if label else 1 - sig)
                     g = np.float32((label - sig) * alpha)

@@ -40,12 +40,31 @@ inline void axpy(float g, const float* x, float* y, int d) {
   for (int i = 0; i < d; ++i) y[i] += g * x[i];
 }
 
+// log(1 + e) for e in [0, 1], as 2 atanh(s) with s = e / (2 + e) in [0, 1/3], the series cut where its terms
+// fall under float32's precision: cheaper than std::log1p (sgns_kernel.cc's, the exact step's, likewise).
+inline float log1p_unit(float e) {
+  const float s = e / (2.f + e), s2 = s * s;
+  return 2.f * s * (1.f + s2 * (1.f / 3 + s2 * (1.f / 5 + s2 * (1.f / 7 + s2 * (1.f / 9 + s2 * (1.f / 11 +
+         s2 * (1.f / 13 + s2 * (1.f / 15))))))));
+}
+
 // sigmoid(f) and the loss -log sigmoid(+-f) from one exp, stable for any f.
 inline float sigmoid_and_loss(float f, bool positive, double* loss) {
   const float e = std::exp(-std::fabs(f));
   const float x = positive ? f : -f;
-  *loss += (x >= 0 ? 0.f : -x) + std::log1p(e);
+  *loss += (x >= 0 ? 0.f : -x) + log1p_unit(e);
   return f >= 0 ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+// grad[k] = (label - sigmoid(l1 . target k)) * alpha for the targets l2 of one input row l1 (null: skipped),
+// and their loss. Every dot product first: they are independent unless a noise word repeats within one
+// centre's targets, so they overlap instead of each waiting for the update before it; the updates follow in
+// target order (the caller).
+inline void gradients(const float* l1, float* const* l2, int64_t k1, int64_t d, float alpha, float* grad,
+                      double* loss) {
+  for (int64_t k = 0; k < k1; ++k) grad[k] = l2[k] ? dot(l1, l2[k], d) : 0.f;
+  for (int64_t k = 0; k < k1; ++k)
+    if (l2[k]) grad[k] = ((k == 0 ? 1.f : 0.f) - sigmoid_and_loss(grad[k], k == 0, loss)) * alpha;
 }
 
 // A target slot that trains nothing: no target, or a noise word equal to the centre.
@@ -103,12 +122,12 @@ void shard(bool sg, const float* rows, int64_t d, int32_t none, float alpha, con
       for (int64_t j = 0; j < w; ++j) {
         if (cs[j] == none) continue;
         float* l1 = mine.row(cs[j], rows);
+        gradients(l1, l2.data(), k1, d, alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int64_t k = 0; k < k1; ++k) {
           if (!l2[k]) continue;
-          const float g = ((k == 0 ? 1.f : 0.f) - sigmoid_and_loss(dot(l1, l2[k], d), k == 0, &loss)) * alpha;
-          axpy(g, l2[k], work.data(), d);
-          axpy(g, l1, l2[k], d);
+          axpy(grad[k], l2[k], work.data(), d);
+          axpy(grad[k], l1, l2[k], d);
         }
         axpy(1.f, work.data(), l1, d);
         count += 1;
@@ -123,12 +142,12 @@ void shard(bool sg, const float* rows, int64_t d, int32_t none, float alpha, con
       }
       if (m == 0) continue;
       for (int64_t x = 0; x < d; ++x) hidden[x] /= m;
+      gradients(hidden.data(), l2.data(), k1, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int64_t k = 0; k < k1; ++k) {
         if (!l2[k]) continue;
-        const float g = ((k == 0 ? 1.f : 0.f) - sigmoid_and_loss(dot(hidden.data(), l2[k], d), k == 0, &loss)) * alpha;
-        axpy(g, l2[k], work.data(), d);
-        axpy(g, hidden.data(), l2[k], d);
+        axpy(grad[k], l2[k], work.data(), d);
+        axpy(grad[k], hidden.data(), l2[k], d);
       }
       // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
       for (int64_t j = 0; j < w; ++j)

@@ -2,6 +2,7 @@
 
     python -m hvd_w2v.bench.quality                                   # real corpus, 5 epochs, SG and CBOW
     python -m hvd_w2v.bench.quality --lines 150000 --epochs 3 --ranks 2 --arch sg --seeds 1 2 3
+    python -m hvd_w2v.bench.quality --ranks 1 --variant "" --variant "--shards=64"   # a row per variant
 
 Run from the checkout (it launches hvd-w2v through mpi/launch). gensim trains in this process with
 ``--gensim-workers`` threads; hvd-w2v trains at each of ``--ranks``. Every model is saved as word2vec binary
@@ -16,6 +17,10 @@ measures its progress as its own sentences over the whole corpus's count (gensim
 word2vec_corpusfile.pyx, get_next_alpha), so it reaches only 1/workers of each epoch and every epoch ends
 at a higher rate than the schedule. On a small corpus that higher rate scores better, which once passed for
 a quality gap of hvd-w2v's (hvd_w2v/bench/README.md, "Quality").
+
+With ``--variant OPTS`` (repeatable), hvd-w2v trains once per variant at each rank count, with the
+variant's options (space-separated, after ``--hvd-option``'s; "" for none), a row each: the exact step beside
+shard-local SGD's settings, say, in one table.
 
 With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
 table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
@@ -83,6 +88,8 @@ def main(argv=None):
                         "with several workers (default: %(default)s)")
     p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
                    help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=512 (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar="OPTS",
+                   help="hvd-w2v options of one more row per rank count, space-separated (repeatable; \"\": none)")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -99,19 +106,24 @@ def main(argv=None):
                 name = f"gensim, {args.gensim_workers} workers" + (", corpus_file" if source == "corpus_file" else "")
                 rows.setdefault((arch, name), []).append((seconds, *scores(path, args.eval_dir)))
             for ranks in args.ranks:
-                out = os.path.abspath(os.path.join(args.out, f"hvd-{arch}-{ranks}-seed{seed}"))
-                seconds = train_hvd(corpus, arch, args.epochs, ranks, seed, out, args.hvd_option)
-                rows.setdefault((arch, f"hvd-w2v, {counted(ranks, 'rank')}"), []).append(
-                    (seconds, *scores(os.path.join(out, "vectors.bin"), args.eval_dir)))
+                for v, variant in enumerate(args.variant or [""]):
+                    out = os.path.abspath(os.path.join(args.out, f"hvd-{arch}-{ranks}-seed{seed}"
+                                                                 + (f"-variant{v}" if args.variant else "")))
+                    seconds = train_hvd(corpus, arch, args.epochs, ranks, seed, out,
+                                        [*args.hvd_option, *variant.split()])
+                    name = f"hvd-w2v, {counted(ranks, 'rank')}" + (f" {variant}" if variant else "")
+                    rows.setdefault((arch, name), []).append(
+                        (seconds, *scores(os.path.join(out, "vectors.bin"), args.eval_dir)))
     seeds = f"seed {args.seeds[0]}" if len(args.seeds) == 1 else \
         f"seeds {' '.join(map(str, args.seeds))}: mean (range)"
     print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, d100 w5 k5 min_count 5 sample 1e-3; {seeds}"
           + (f"; hvd-w2v {' '.join(args.hvd_option)}" if args.hvd_option else ""))
     width = 7 if len(args.seeds) == 1 else 20
-    print(f"{'arch':5} {'trainer':34} {'seconds':>8} {'analogy':>{width}} {'ws353':>{width}} {'simlex':>{width}}")
+    label = max([34, *(len(trainer) for _, trainer in rows)])
+    print(f"{'arch':5} {'trainer':{label}} {'seconds':>8} {'analogy':>{width}} {'ws353':>{width}} {'simlex':>{width}}")
     for (arch, trainer), runs in rows.items():
         seconds, *metrics = zip(*runs)
-        print(f"{arch:5} {trainer:34} {statistics.median(seconds):8.1f} "
+        print(f"{arch:5} {trainer:{label}} {statistics.median(seconds):8.1f} "
               + " ".join(_cell(m, width) for m in metrics))
 
 

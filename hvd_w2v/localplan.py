@@ -1,0 +1,192 @@
+"""The dry-run planner of shard-local SGD (localsgd): a super-step's exchange on P nodes of T threads, counted
+from the real encoded corpus by the code training runs, in one process, beside the exact step's projection.
+
+    python -m hvd_w2v.localplan data/real/corpus.txt --nodes 1,2,4,...,1024 --threads 32 --superstep 1024,4096
+
+A node is one rank with T threads hosting T shards (V = P x T). In a super-step each shard trains S
+consecutive positions, so a node asks the owners for the rows its T x S positions touch. The planner builds
+that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's positions,
+training.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
+exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B for each row sent back
+and for each delta sent to its owner. The T shards of a sampled node are S positions at T places spread over
+the stream, the places a node's shards read at once on a corpus of any size (V x S positions a super-step),
+so the counts hold for a cluster's corpus however small this one is against V x S.
+
+Time per super-step = compute + gather + scatter + allreduce, with the exact planner's network model
+(plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
+allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
+the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
+the T threads of a node in parallel. Words per second count raw words: P x T x S positions x raw words per
+position over the super-step's time; the parallel efficiency is that over P times one node's words per
+second (one node exchanges nothing). The exact step's row, beside it: plan.py's projection of one rank per
+node whose step maths runs T times faster (its T threads), at the default --batch-words.
+"""
+import argparse
+import math
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from . import localsgd, native, plan
+from .config import Config
+from .errors import UserError
+from .shard import RowPlan
+from .training import StepPlan
+
+SAMPLED_NODES = 3  # nodes whose StepPlan is built at each sampled super-step
+
+
+def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
+    """The StepPlan node ``node`` of ``nodes`` builds in super-step ``at`` of an epoch (sampled places: see
+    the module's docstring)."""
+    stream, voc = corpus.stream, corpus.vocab
+    n, s = len(stream), cfg.superstep
+    parts = []
+    for t in range(threads):
+        # shard t of this node: a place spread over the stream, then the super-step's S positions there
+        lo = ((node * threads + t) * (n // (nodes * threads)) + at * s) % max(n - s, 1)
+        parts.append(localsgd.batches.build(stream, voc, cfg, 0, lo, min(n, lo + s)))
+    batch = localsgd.batches.Batch(*(np.concatenate([getattr(p, f) for p in parts])
+                                     for f in ("centres", "contexts", "negatives")))
+    return StepPlan.of(batch, RowPlan(voc.size, nodes), n_hot, cfg.sg, 1)
+
+
+def measure_thread(corpus, cfg, repeats=5):
+    """Seconds per position of one shard's super-step on one thread (the compiled shard SGD, from a snapshot
+    of small random rows), and how it was measured."""
+    lib = native.local_sgd_kernel()
+    if lib is None:
+        raise UserError(f"plan: the compiled shard SGD is not available here: {native.unavailable('localsgd_kernel')}")
+    stream, voc = corpus.stream, corpus.vocab
+    lo = len(stream) // 2
+    batch = localsgd.batches.build(stream, voc, cfg, 0, lo, min(len(stream), lo + cfg.superstep))
+    step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+    rows = np.random.default_rng(0).uniform(-0.5, 0.5, (step.table, cfg.dim)).astype(np.float32) / cfg.dim
+    rows[len(step.keys):] = 0
+    bounds = np.array([0, len(batch)], np.int64)
+    times = []
+    for _ in range(repeats + 1):  # the first call sizes the copies: left out
+        t = time.perf_counter()
+        native.local_sgd(lib, cfg.sg, rows, step.ctx[0], step.tgt[0], bounds, np.float32(cfg.alpha), 1)
+        times.append(time.perf_counter() - t)
+    positions = min(len(stream), lo + cfg.superstep) - lo
+    seconds = float(np.median(times[1:]))
+    return seconds / positions, (f"the compiled shard SGD on one thread here, {positions:,} positions: "
+                                 f"{seconds * 1e3:,.2f} ms (median of {repeats} calls)")
+
+
+def project(corpus, cfg, nodes, threads, hot, network, per_position, samples):
+    """One row: (bytes per word, compute, gather, scatter, allreduce seconds, words/s) of ``nodes`` nodes."""
+    words_per_position = corpus.vocab.raw_words / len(corpus.stream)
+    compute = cfg.superstep * per_position
+    if nodes == 1:
+        return dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0,
+                    words=threads * cfg.superstep * words_per_position / compute)
+    n_hot = min(hot, corpus.vocab.size)
+    traffic = []
+    for at in samples:
+        for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
+            owned = node_step(corpus, cfg, nodes, threads, n_hot, int(node), at).owned
+            remote = np.array([owned.sum() - owned[node]])
+            peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
+            traffic.append(plan.Traffic(plan.KEY_BYTES * remote, 4 * cfg.dim * remote, 4 * cfg.dim * remote,
+                                        remote, remote, peers, peers))
+    block = 2 * n_hot * (cfg.dim + 1) * 4
+    gather = float(np.mean([network.gather(t, nodes) for t in traffic]))
+    scatter = float(np.mean([network.scatter(t) for t in traffic]))
+    reduce = network.allreduce(block, nodes)
+    sent = float(np.mean([t.sent[0] for t in traffic]))
+    step = compute + gather + scatter + reduce
+    positions = nodes * threads * cfg.superstep
+    return dict(bytes_per_word=(sent * nodes) / (positions * words_per_position), compute=compute, gather=gather,
+                scatter=scatter, reduce=reduce, words=positions * words_per_position / step)
+
+
+def exact_row(corpus, cfg, nodes, threads, network, compute, steps):
+    """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads: words/s."""
+    if nodes > corpus.vocab.size:
+        return float("nan")
+    epoch_steps = math.ceil(len(corpus.stream) / cfg.batch_words)
+    planned = plan.sampled_steps(epoch_steps, steps, 1)
+    faster = plan.Compute(compute.per_step, compute.per_position / threads, compute.how)
+    got = [(plan.Traffic.of(step, cfg.dim), int(step.positions.max()))
+           for _, by_hot in plan.plan_steps(corpus, cfg, nodes, [0], planned) for step in by_hot.values()]
+    return plan.summarise(cfg.batch_words, nodes, 0, got, cfg, corpus, network, faster, epoch_steps,
+                          False).words_per_second
+
+
+COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "B/word", "compute ms", "gather ms", "scatter ms", "allreduce ms",
+           "words/s", "efficiency", "exact words/s"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m hvd_w2v.localplan", description=__doc__.splitlines()[0])
+    p.add_argument("corpus", nargs="+", help="text files or folders, or a run folder (vocab.txt and ids/)")
+    p.add_argument("--nodes", default="1,2,4,8,16,32,64,128,256,512,1024", help="node counts P (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=32, help="threads (shards) per node T (default: %(default)s)")
+    p.add_argument("--superstep", default=str(Config.superstep),
+                   help="positions per shard per super-step S, comma-separated (default: %(default)s)")
+    p.add_argument("--hot-rows", default="0", help="hot-row counts H, comma-separated (default: %(default)s)")
+    p.add_argument("--bandwidth", default="25,100", help="Gb/s per node, comma-separated (default: %(default)s)")
+    p.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=2, help="super-steps sampled per row (default: %(default)s)")
+    p.add_argument("--exact-steps", type=int, default=5,
+                   help="steps the exact step's projection samples, 0: leave it out (default: %(default)s)")
+    p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
+    args = p.parse_args(argv)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        nodes, hot = plan._ints(args.nodes, "--nodes"), plan._ints(args.hot_rows, "--hot-rows", low=0)
+        supersteps = plan._ints(args.superstep, "--superstep")
+        bandwidths = [float(b) for b in args.bandwidth.split(",")]
+        if args.threads < 1 or min(bandwidths) <= 0:
+            raise UserError("--threads must be at least 1 and --bandwidth more than 0")
+        cfg = Config(sg=not args.cbow)
+        corpus = plan.open_corpus(args.corpus, cfg, say)
+    except UserError as e:
+        print(f"hvd-w2v localplan: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2) \
+            if args.exact_steps else None
+        rows = []
+        for s in supersteps:
+            c = replace(cfg, superstep=s, shards=1)
+            per_position, how = measure_thread(corpus, c)
+            say(f"localplan: S {s:,}: {how}")
+            for gbps in bandwidths:
+                network = plan.Network(gbps * 1e9 / 8, args.latency * 1e-6)
+                one = project(corpus, c, 1, args.threads, 0, network, per_position, [])["words"]
+                for n in nodes:
+                    exact = exact_row(corpus, cfg, n, args.threads, network, exact_compute, args.exact_steps) \
+                        if exact_compute else float("nan")
+                    for h in hot:
+                        t0 = time.monotonic()
+                        r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples))
+                        rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
+                                     f"{h:,}", f"{r['bytes_per_word']:,.1f}", f"{r['compute'] * 1e3:,.2f}",
+                                     f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",
+                                     f"{r['reduce'] * 1e3:,.2f}", f"{r['words']:,.0f}",
+                                     f"{r['words'] / (n * one):.0%}", f"{exact:,.0f}"])
+                        say(f"localplan: {gbps:g} Gb/s, S {s:,}, P {n:,}, H {h:,} in {time.monotonic() - t0:.1f} s")
+        voc = corpus.vocab
+        print(f"corpus: {corpus.about}: {voc.size:,} words, {len(corpus.stream):,} positions, {voc.raw_words:,} "
+              f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
+              f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
+              f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}); exact: "
+              f"{cfg.batch_words:,} positions a step, its maths T times faster"
+              + (f", {exact_compute.how}" if exact_compute else ", left out"))
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
+        print("  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths)))
+        for r in rows:
+            print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+    finally:
+        if corpus.folder is not None:
+            corpus.folder.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
