@@ -72,13 +72,13 @@ def checkpoints(out):
     return sorted(p.name for p in (out / "checkpoints").iterdir())
 
 
-def interrupt(corpus, out, nranks, sig, to_rank, early=False):
-    """Start a run, send ``sig`` once training has started (to mpirun, or to the ``to_rank``-th of the rank
-    processes under mpirun, by pid), or with ``early`` to mpirun 1 s after the ranks exist (they are still
-    importing TensorFlow then); returns (exit code, output, seconds from the signal to the checkpoint line,
-    to the end of mpirun)."""
+def interrupt(corpus, out, nranks, sig, to_rank, early=False, options=OPTIONS):
+    """Start a run with ``options``, send ``sig`` once training has started (to mpirun, or to the
+    ``to_rank``-th of the rank processes under mpirun, by pid), or with ``early`` to mpirun 1 s after the ranks
+    exist (they are still importing TensorFlow then); returns (exit code, output, seconds from the signal to the
+    checkpoint line, to the end of mpirun)."""
     proc = subprocess.Popen([str(LAUNCH), "-n", str(nranks), "--threads", "1", "hvd-w2v", "train", corpus,
-                             "--out", str(out), *OPTIONS, "--checkpoint-every", "0"],
+                             "--out", str(out), *options, "--checkpoint-every", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     lines, sent, saved = [], None, None

@@ -1,5 +1,7 @@
 """Shard-local SGD (--shards): the compiled super-step against its numpy reference, the same bytes on any
 thread count, and the same vectors on every layout that hosts the same shards (real ranks)."""
+import signal
+
 import numpy as np
 import pytest
 
@@ -76,9 +78,12 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
+OPTIONS = ["--epochs", "2", "--shards", "4", "--superstep", "512", "--quiet", "--show", "", "--format", "binary"]
+
+
 def train(corpus, out, nranks, threads, *options):
-    result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, "--epochs", "2", "--shards", "4",
-                             "--superstep", "512", "--quiet", "--show", "", *options], timeout=240, threads=threads)
+    result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, *options], timeout=240,
+                    threads=threads)
     assert result.ok, result.output[-3000:]
     return load(f"{out}/vectors.bin")
 
@@ -87,13 +92,35 @@ def train(corpus, out, nranks, threads, *options):
 ARCH = {"sg": ["--sg", "--hot-rows", "40"], "cbow": ["--cbow"]}
 
 
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """1 rank x 4 threads hosting the 4 shards, per architecture: what every other layout must reproduce."""
+    return {arch: train(corpus, str(tmp_path_factory.mktemp(f"1x4-{arch}")), 1, 4, *ARCH[arch]) for arch in ARCH}
+
+
 @pytest.mark.parametrize("arch", ["sg", "cbow"])
-def test_the_same_vectors_on_every_layout_of_four_shards(corpus, tmp_path, arch):
+def test_the_same_vectors_on_every_layout_of_four_shards(corpus, reference, tmp_path, arch):
     """1 rank x 4 threads, 2 x 2 and 4 x 1 (oversubscribed on 2 cores) host the same 4 shards."""
-    ref = train(corpus, str(tmp_path / "1x4"), 1, 4, *ARCH[arch])
+    ref = reference[arch]
     assert np.abs(ref.vectors).max() > 0.02  # trained: W_in starts within +-1/dim = 0.01
     for nranks, threads in [(2, 2), (4, 1)]:
         got = train(corpus, str(tmp_path / f"{nranks}x{threads}"), nranks, threads, *ARCH[arch])
         assert got.index_to_key == ref.index_to_key
         diff = np.abs(got.vectors - ref.vectors).max()
         assert diff < ATOL, f"{nranks} x {threads} differs from 1 x 4 by {diff:.2e}"
+
+
+def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(corpus, reference, tmp_path):
+    """SIGUSR1 to a 2 x 1 job checkpoints at a super-step boundary (exit 75); --resume on 1 rank x 2 threads
+    ends with the uninterrupted run's vectors; --resume with another shard count is refused."""
+    from test_checkpoint import EXIT_INTERRUPTED, interrupt
+
+    code, output, _, _ = interrupt(corpus, tmp_path, 2, signal.SIGUSR1, to_rank=None,
+                                   options=[*OPTIONS, *ARCH["sg"]])
+    assert code == EXIT_INTERRUPTED and "interrupted: checkpoint" in output, output[-3000:]
+    other = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, *OPTIONS, *ARCH["sg"], "--resume",
+                       "--shards", "8"], timeout=120)
+    assert other.returncode == 2 and "--shards 4, this run has 8" in other.output, other.output[-3000:]
+    got = train(corpus, str(tmp_path), 1, 2, *ARCH["sg"], "--resume")
+    diff = np.abs(got.vectors - reference["sg"].vectors).max()
+    assert diff < ATOL, f"the resumed run differs from the uninterrupted one by {diff:.2e}"
