@@ -11,9 +11,10 @@
 // (summed -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). A noise
 // word equal to the centre is skipped, as in word2vec.c.
 //
-// Threads (the rank's budget): shard s runs on thread s % threads, shards in turn on each thread. A shard's
-// deltas depend on its centres and the snapshot alone, and the sum runs in shard order over each thread's range
-// of rows, so the result is the same bytes on any thread count, and on one rank the same as on several up to
+// Threads (the rank's budget): the shards run in rounds of one shard a thread; after each round the threads
+// add its deltas, each into its range of rows, shard by shard in shard order. A shard's deltas depend on its
+// centres and the snapshot alone, and every row sums them in shard order, so the result is the same bytes on
+// any thread count, and on one rank the same as on several up to
 // the order of float32 sums (an owner adds its sources rank by rank; exchange.Exchange.scatter).
 //
 // Built by hvd_w2v/native.py (g++ -fopenmp) into a cache folder.
@@ -192,27 +193,32 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
     if (tgt[j] < 0 || tgt[j] > none) return -1;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
   if (static_cast<int>(copies.size()) < team) copies.resize(team);
-  std::vector<Deltas> done(shards);
+  std::vector<Deltas> done(team);
+  std::vector<double> loss(shards, 0.0), count(shards, 0.0);
 #pragma omp parallel num_threads(team)
   {
     const int t = omp_get_thread_num();
-    Copy& mine = copies[t];
-    for (int64_t s = t; s < shards; s += team)
-      shard(sg, rows, d, none, alpha, ctx, w, tgt, k1, bounds[s], bounds[s + 1], mine, done[s]);
-#pragma omp barrier
-    // This thread's range of rows, each row's deltas added shard by shard in shard order.
-    const int64_t r0 = (T - 1) * t / team, r1 = (T - 1) * (t + 1) / team;
+    const int64_t r0 = (T - 1) * t / team, r1 = (T - 1) * (t + 1) / team;  // this thread's rows of the sum
     std::fill(deltas + r0 * d, deltas + r1 * d, 0.f);
-    for (int64_t s = 0; s < shards; ++s) {
-      const std::vector<int32_t>& rs = done[s].rows;
-      for (auto at = std::lower_bound(rs.begin(), rs.end(), r0); at != rs.end() && *at < r1; ++at) {
-        const int64_t e = at - rs.begin();
-        axpy(1.f, done[s].delta.data() + e * d, deltas + static_cast<int64_t>(*at) * d, d);
+    // Rounds of ``team`` shards, one a thread; after each, every thread adds the round's deltas into its range
+    // of rows, shard by shard in shard order. So a rank holds a round's deltas, not every shard's.
+    for (int64_t first = 0; first < shards; first += team) {
+      if (first + t < shards) {
+        shard(sg, rows, d, none, alpha, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1], copies[t], done[t]);
+        loss[first + t] = done[t].loss, count[first + t] = done[t].count;
       }
+#pragma omp barrier
+      for (int64_t s = first; s < std::min(shards, first + team); ++s) {
+        const std::vector<int32_t>& rs = done[s - first].rows;
+        const float* delta = done[s - first].delta.data();
+        for (auto at = std::lower_bound(rs.begin(), rs.end(), r0); at != rs.end() && *at < r1; ++at)
+          axpy(1.f, delta + (at - rs.begin()) * d, deltas + static_cast<int64_t>(*at) * d, d);
+      }
+#pragma omp barrier
     }
   }
   sums[0] = sums[1] = 0.0;
-  for (int64_t s = 0; s < shards; ++s) sums[0] += done[s].loss, sums[1] += done[s].count;
+  for (int64_t s = 0; s < shards; ++s) sums[0] += loss[s], sums[1] += count[s];
   return 0;
 }
 

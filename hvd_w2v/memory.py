@@ -123,9 +123,9 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     counted as [U, dim], though those rows are a part of U.
 
     With shards (localsgd), a super-step's centres are ``superstep`` positions of each of the rank's
-    ``ceil(shards / P)`` shards, and instead of those buffers each shard holds its deltas until the merge and
-    each thread a private copy of the rows of the shard it runs (localsgd_kernel.cc), at most a shard's slots
-    or 2V + 1 rows each.
+    ``ceil(shards / P)`` shards, and instead of those buffers each thread holds the private copy of the rows of
+    the shard it runs and that shard's deltas until its round's sum (localsgd_kernel.cc), at most a shard's
+    slots or 2V + 1 rows each.
     """
     hosted = math.ceil(cfg.shards / ranks)
     centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
@@ -133,7 +133,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
     if cfg.shards:  # no [slots, dim] blocks: the graph never runs a super-step
-        copies = (hosted + min(threads, hosted)) * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
+        copies = 2 * min(threads, hosted) * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
     else:
         copies = STEP_SLOT_COPIES * slots + (threads - 1) * unique
     return (STEP_FIXED_BYTES + (STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT) * slots
