@@ -135,6 +135,21 @@ def test_same_vectors_on_several_hosts(hosts, corpus, reference, tmp_path, slots
     assert diff < ATOL
 
 
+def test_shard_local_sgd_gives_the_same_vectors_on_one_host_and_on_two(hosts, corpus, tmp_path):
+    """--shards 4 (localsgd): 1 host x 1 rank of 2 threads and 2 hosts x 2 ranks of 1 thread host the same
+    shards, whose deltas cross hosts over TCP on the second: the same vectors up to float32 summation order."""
+    got = {}
+    for name, n, slots in [("1x1", 1, {"nodeA": 1}), ("2x2", 4, {"nodeA": 2, "nodeB": 2})]:
+        out = tmp_path / name
+        r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, "--epochs", "5", "--shards", "4",
+                                     "--superstep", "1024"], env=SHARED_CORES)
+        assert r.returncode == 0, r.output
+        got[name] = vectors(out)
+    diff = max_diff(got["2x2"], got["1x1"])
+    print(f"--shards 4 on 2 hosts x 2 ranks: largest difference from 1 host x 1 rank {diff:.2e}")
+    assert diff < ATOL
+
+
 def test_variables_and_the_users_transport_reach_every_host(hosts):
     env = {"HVD_W2V_KERNEL": "python", "HOROVOD_FUSION_THRESHOLD": "1048576", "MY_SETTING": "42"}
     show = ["sh", "-c", 'echo "$(hostname) $HVD_W2V_KERNEL $HOROVOD_FUSION_THRESHOLD ${MY_SETTING:-unset}"']
