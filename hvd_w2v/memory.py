@@ -51,6 +51,14 @@ def distinct_counts(vocab_size, tokens=0):
 # for a fixed part and a part per slot. (Before the buckets, TensorFlow's per-shape state made it 95 and 60.)
 STEP_FIXED_BYTES = 10 * MIB
 STEP_BYTES_PER_SLOT = 170
+# A super-step's working set per slot with shards (localsgd), where no TensorFlow runs: the shards' examples
+# and their concatenation (int64), the compiled table's key and SGD-count buffers, the int32 slots. Fitted,
+# as the figure above, on the peak of two 1-rank runs of the first 150,000 lines of data/real/corpus.txt,
+# --epochs 1 --shards 64, one with --superstep 64 (65,536 slots a super-step), one with --superstep 4096 (4.2M):
+# the difference of their peaks less the planned float blocks, over the difference of the slots (the train
+# commands' "memory: planned ..., measured peak" lines; hvd_w2v/bench/README.md, "Shard-local SGD").
+SHARD_BYTES_PER_SLOT = 24
+SHARD_UNIQUE_COPIES = 3  # [U, dim] blocks of a super-step: its table, its deltas, the exchange's buffer
 # Float32 [slots, dim] blocks alive at once in the skip-gram step: the gathered context and output rows and their
 # updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
 # at U << slots: python -m hvd_w2v.bench.memory_probes step 1024 100 2000); rounded up to 3 for an upper bound.
@@ -132,12 +140,13 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     per_centre = 2 * cfg.window + 1 + cfg.negative
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
-    if cfg.shards:  # no [slots, dim] blocks: the graph never runs a super-step
+    if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
+        per_slot, tables = SHARD_BYTES_PER_SLOT, SHARD_UNIQUE_COPIES * unique
         copies = 2 * min(threads, hosted) * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
     else:
+        per_slot, tables = STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT, STEP_UNIQUE_COPIES * unique
         copies = STEP_SLOT_COPIES * slots + (threads - 1) * unique
-    return (STEP_FIXED_BYTES + (STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT) * slots
-            + 4 * cfg.dim * (STEP_UNIQUE_COPIES * unique + copies))
+    return STEP_FIXED_BYTES + per_slot * slots + 4 * cfg.dim * (tables + copies)
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1):

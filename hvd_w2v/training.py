@@ -1,5 +1,9 @@
 """The step loop: each global step covers ``batch_words`` corpus positions, shared out over the ranks.
 
+The loop runs a *step rule*: :class:`ExactStep` (this module's, described here) or localsgd.LocalSGD (shard-
+local SGD's super-steps). A rule says what a step's examples are and how its updates are computed and added;
+the loop, the exchange, the hot rows, the reports and the checkpoints are the same for both.
+
 Per step, on every rank (all collective, in this order):
   owners gather the rows I asked for -> updates in TensorFlow (sgns) -> scatter updates to owners, who add
   them -> hot-row updates summed over ranks by Horovod allreduce and added to every replica.
