@@ -124,3 +124,21 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
     got = train(corpus, str(tmp_path), 1, 2, *ARCH["sg"], "--resume")
     diff = np.abs(got.vectors - reference["sg"].vectors).max()
     assert diff < ATOL, f"the resumed run differs from the uninterrupted one by {diff:.2e}"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # matplotlib's, which TensorFlow imports
+def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, capsys):
+    """localplan on a small corpus: a row per (bandwidth, S, P, H); one node exchanges nothing and is the
+    efficiency's 100%; more nodes send bytes and the exact step's projection stands beside."""
+    from hvd_w2v import localplan
+
+    assert localplan.main([corpus, "--nodes", "1,4", "--threads", "4", "--superstep", "256",
+                           "--bandwidth", "100", "--hot-rows", "0,50", "--exact-steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines.index(next(line for line in lines if line.split()[:3] == ["Gb/s", "S", "P"]))
+    rows = [line.split() for line in lines[header + 1:]]
+    assert [(r[2], r[4], r[5]) for r in rows] == [("1", "4", "0"), ("1", "4", "50"), ("4", "16", "0"),
+                                                   ("4", "16", "50")]
+    assert rows[0][6] == "0.0" and rows[0][-2] == "100%"
+    assert float(rows[2][6].replace(",", "")) > float(rows[3][6].replace(",", "")) > 0  # hot rows leave the alltoall
+    assert all(float(r[-1].replace(",", "")) > 0 for r in rows)  # the exact step's words/s
