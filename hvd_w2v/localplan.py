@@ -78,13 +78,15 @@ def measure_thread(corpus, cfg, repeats=5):
 
 
 def project(corpus, cfg, nodes, threads, hot, network, per_position, samples):
-    """One row: (bytes per word, compute, gather, scatter, allreduce seconds, words/s) of ``nodes`` nodes."""
+    """One row of ``nodes`` nodes: bytes per word, compute, gather, scatter and allreduce seconds, the hot block's
+    bytes a node sends into the allreduce each super-step, words/s."""
     words_per_position = corpus.vocab.raw_words / len(corpus.stream)
     compute = cfg.superstep * per_position
-    if nodes == 1:
-        return dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0,
-                    words=threads * cfg.superstep * words_per_position / compute)
     n_hot = min(hot, corpus.vocab.size)
+    block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
+    if nodes == 1:
+        return dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block,
+                    words=threads * cfg.superstep * words_per_position / compute)
     traffic = []
     for at in samples:
         for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
@@ -93,7 +95,6 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples):
             peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
             traffic.append(plan.Traffic(plan.KEY_BYTES * remote, 4 * cfg.dim * remote, 4 * cfg.dim * remote,
                                         remote, remote, peers, peers))
-    block = 2 * n_hot * (cfg.dim + 1) * 4
     gather = float(np.mean([network.gather(t, nodes) for t in traffic]))
     scatter = float(np.mean([network.scatter(t) for t in traffic]))
     reduce = network.allreduce(block, nodes)
@@ -101,7 +102,7 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples):
     step = compute + gather + scatter + reduce
     positions = nodes * threads * cfg.superstep
     return dict(bytes_per_word=(sent * nodes) / (positions * words_per_position), compute=compute, gather=gather,
-                scatter=scatter, reduce=reduce, words=positions * words_per_position / step)
+                scatter=scatter, reduce=reduce, block=block, words=positions * words_per_position / step)
 
 
 def exact_row(corpus, cfg, nodes, threads, network, compute, steps):
@@ -117,7 +118,7 @@ def exact_row(corpus, cfg, nodes, threads, network, compute, steps):
                           False).words_per_second
 
 
-COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "B/word", "compute ms", "gather ms", "scatter ms", "allreduce ms",
+COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "hot KiB", "B/word", "compute ms", "gather ms", "scatter ms", "allreduce ms",
            "words/s", "efficiency", "exact words/s"]
 
 
@@ -166,7 +167,7 @@ def main(argv=None):
                         t0 = time.monotonic()
                         r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples))
                         rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
-                                     f"{h:,}", f"{r['bytes_per_word']:,.1f}", f"{r['compute'] * 1e3:,.2f}",
+                                     f"{h:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}", f"{r['compute'] * 1e3:,.2f}",
                                      f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",
                                      f"{r['reduce'] * 1e3:,.2f}", f"{r['words']:,.0f}",
                                      f"{r['words'] / (n * one):.0%}", f"{exact:,.0f}"])

@@ -139,6 +139,7 @@ def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, cap
     rows = [line.split() for line in lines[header + 1:]]
     assert [(r[2], r[4], r[5]) for r in rows] == [("1", "4", "0"), ("1", "4", "50"), ("4", "16", "0"),
                                                    ("4", "16", "50")]
-    assert rows[0][6] == "0.0" and rows[0][-2] == "100%"
-    assert float(rows[2][6].replace(",", "")) > float(rows[3][6].replace(",", "")) > 0  # hot rows leave the alltoall
+    assert rows[0][7] == "0.0" and rows[0][-2] == "100%"
+    assert rows[2][6] == "0" and rows[3][6] == f"{2 * 50 * 101 * 4 / 1024:,.0f}"  # [2H, dim + 1] float32
+    assert float(rows[2][7].replace(",", "")) > float(rows[3][7].replace(",", "")) > 0  # hot rows leave the alltoall
     assert all(float(r[-1].replace(",", "")) > 0 for r in rows)  # the exact step's words/s
