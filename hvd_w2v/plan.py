@@ -253,12 +253,13 @@ class Compute:
         return self.per_step + self.per_position * positions
 
 
-def measure_compute(corpus, cfg, at, repeats=7):
+def measure_compute(corpus, cfg, at, repeats=7, statistic=np.median):
     """Compute from the real compiled step (sgns.step_function, one thread), timed in this process on one
     rank's StepPlan of global step ``at`` with all ``batch_words`` positions and with its first 32 (about the
     call's fixed cost): the median of ``repeats`` calls each, a line through the two. (A line through two
     large batches would not do: the step's cost per position grows with the batch, whose table of unique rows
-    outgrows the caches, so a line through 2,048 and 131,072 positions crossed zero at 4 ms.)"""
+    outgrows the caches, so a line through 2,048 and 131,072 positions crossed zero at 4 ms.) ``statistic``
+    of the calls: the median, or the least (localplan's, where other jobs share the machine)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's start-up notes
     import tensorflow as tf
 
@@ -284,14 +285,15 @@ def measure_compute(corpus, cfg, at, repeats=7):
             updates, loss, _ = step_fn(rows, step.ctx, step.tgt, np.float32(cfg.alpha))
             float(loss), float(updates[:1].sum())
             times.append(time.perf_counter() - t)
-        seconds[positions] = float(np.median(times[1:]))
+        seconds[positions] = float(statistic(times[1:]))
     (small, t_small), (big, t_big) = sorted(seconds.items())
     per_position = max(0.0, (t_big - t_small) / max(big - small, 1))
     per_step = max(0.0, t_small - per_position * small)
     kind = "compiled step" if step_fn.fused else "TensorFlow graph (no compiled step here)"
+    how = "least" if statistic is np.min else "median"
     return Compute(per_step, per_position,
                    f"measured on this host: the {kind}, 1 thread, on one rank's examples of {small:,} and {big:,} "
-                   f"positions of step {at:,}: {t_small * 1e6:,.0f} and {t_big * 1e6:,.0f} us (median of "
+                   f"positions of step {at:,}: {t_small * 1e6:,.0f} and {t_big * 1e6:,.0f} us ({how} of "
                    f"{repeats} calls)")
 
 
