@@ -8,9 +8,9 @@ consecutive positions, so a node asks the owners for the rows its T x S position
 that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's positions,
 training.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
 exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B for each row sent back
-and for each delta sent to its owner. The T shards of a sampled node are S positions at T places spread over
-the stream, the places a node's shards read at once on a corpus of any size (V x S positions a super-step),
-so the counts hold for a cluster's corpus however small this one is against V x S.
+and for each delta sent to its owner. The T shards of a sampled node read S positions each at T disjoint
+places of the stream, as a node's shards do at once on a corpus of V x S positions or more, so the counts
+hold for a cluster's corpus however small this one is against V x S.
 
 Time per super-step = compute + gather + scatter + allreduce, with the exact planner's network model
 (plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
@@ -44,9 +44,11 @@ def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
     stream, voc = corpus.stream, corpus.vocab
     n, s = len(stream), cfg.superstep
     parts = []
+    # The node's T shards read S positions each at places at least S apart (disjoint, as on a corpus of V x S
+    # positions or more), the node's first place where its share of this corpus starts.
+    stride = max(s, n // (nodes * threads))
     for t in range(threads):
-        # shard t of this node: a place spread over the stream, then the super-step's S positions there
-        lo = ((node * threads + t) * (n // (nodes * threads)) + at * s) % max(n - s, 1)
+        lo = (node * (n // nodes) + t * stride + at * s) % max(n - s, 1)
         parts.append(localsgd.batches.build(stream, voc, cfg, 0, lo, min(n, lo + s)))
     batch = localsgd.batches.Batch(*(np.concatenate([getattr(p, f) for p in parts])
                                      for f in ("centres", "contexts", "negatives")))
