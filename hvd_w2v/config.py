@@ -42,8 +42,10 @@ class Config:
     shards: int = 0
     superstep: int = 4096  # positions of each shard per super-step
     # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
-    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's), a large cap adds them.
-    merge_cap: float = 1.0
+    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's), a large cap adds them. 2: the sum
+    # at 2 shards, which scored as the exact step, and the best of 1, 2 and 4 at 4 shards; the mean lost at every
+    # shard count (`python -m hvd_w2v.bench.quality --variant ...`; hvd_w2v/bench/README.md, "Shard-local SGD").
+    merge_cap: float = 2.0
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
