@@ -34,7 +34,7 @@ from collections import Counter
 
 import numpy as np
 
-from . import corpus, progress
+from . import corpus, native, progress
 from .errors import UserError
 from .shard import RowPlan
 from .wording import counted
@@ -152,15 +152,50 @@ class Vocab:
         return self.runs.draw_noise(uniforms)
 
 
-def count(comm, pieces, error=None, reading=None):
+class Counted:
+    """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words and their
+    hashes only for those kept, so that no Python object is made for a word below min_count."""
+
+    def __init__(self, counts, words=None, blob=None, lengths=None, hashes=None):
+        self.counts = counts
+        self._words, self._blob, self._lengths, self._hashes = words, blob, lengths, hashes
+
+    @classmethod
+    def of(cls, owned):
+        """From a {word: count} dict (the Python passes)."""
+        return cls(np.fromiter(owned.values(), dtype=np.int64, count=len(owned)), words=list(owned))
+
+    def __len__(self):
+        return len(self.counts)
+
+    def words(self, keep):
+        """The words (bytes) where the bool array ``keep`` is True, in order."""
+        if self._words is not None:
+            return [w for w, k in zip(self._words, keep.tolist()) if k]
+        ends = np.cumsum(self._lengths)
+        data = self._blob.tobytes()
+        return [data[e - n:e] for e, n in zip(ends[keep].tolist(), self._lengths[keep].tolist())]
+
+    def hashes(self, keep):
+        """uint64 hash64 of the words where ``keep`` is True."""
+        if self._hashes is not None:
+            return self._hashes[keep]
+        return np.fromiter((hash64(w) for w in self.words(keep)), dtype=np.uint64, count=int(keep.sum()))
+
+
+def count(comm, pieces, error=None, reading=None, threads=1):
     """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
 
-    Returns ``({word bytes: count}, tokens read by this rank)``. ``error``: this rank's bad-input message
-    found before counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is
-    read (rank 0's). Raises UserError on every rank, at the first round after any rank meets bad input, with
-    the lowest rank's message (Comm.agree). Memory: see the module docstring; the partial counts never exceed
-    FLUSH_WORDS words plus one chunk's.
+    Returns ``(Counted, tokens read by this rank)``. ``error``: this rank's bad-input message found before
+    counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is read (rank
+    0's). ``threads``: the rank's threads, for the compiled passes (text_kernel.cc); without them Python's
+    loops count on one thread, the same counts. Raises UserError on every rank, at the first round after any
+    rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring; the
+    partial counts never exceed FLUSH_WORDS words plus one chunk's.
     """
+    lib = native.text_kernel()
+    if lib is not None:
+        return _count_compiled(comm, lib, pieces, error, reading, threads)
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
@@ -182,10 +217,47 @@ def count(comm, pieces, error=None, reading=None):
         if errors:  # every rank raises the same message, as Comm.agree does
             raise UserError(errors[0])
         if comm.size == 1:
-            return local, raw
+            return Counted.of(local), raw
         _flush(comm, local, owned)
         if all(d for d, _ in states):
-            return owned, raw
+            return Counted.of(owned), raw
+
+
+def _count_compiled(comm, lib, pieces, error, reading, threads):
+    """:func:`count` with the compiled tables: the same rounds, the per-token work in text_kernel.cc on
+    ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
+    word)."""
+    local = native.Counts(lib, threads)
+    owned = local if comm.size == 1 else native.Counts(lib, 1)
+    bound = FLUSH_WORDS if comm.size > 1 else math.inf
+    chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
+    parts = iter(()) if error else _parts(pieces, chunk, reading, threads)
+    raw, done = 0, error is not None
+    while True:
+        while not done and len(local) <= bound:
+            try:
+                part = next(parts, None)
+            except UserError as e:
+                error, part = str(e), None
+            if part is None:
+                done = True
+            else:
+                raw += local.add_text(*part)
+        states = comm.allgather((done, error))  # one round: who is out of text, and any bad input
+        errors = [e for _, e in states if e]
+        if errors:
+            raise UserError(errors[0])
+        if comm.size > 1:
+            words, lengths, counts, _, per_dest = local.take(comm.size)
+            got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
+            del words
+            got_counts, _ = comm.alltoallv(counts, per_dest)
+            owned.add_words(got_words, got_lengths, got_counts)
+        if comm.size == 1 or all(d for d, _ in states):
+            break
+    del local
+    words, lengths, counts, hashes, _ = owned.take(1, keep=False)
+    return Counted(counts, blob=words, lengths=lengths, hashes=hashes), raw
 
 
 def _flush(comm, local, owned):
@@ -221,6 +293,19 @@ def _chunks(pieces, chunk_bytes=None, reading=None):
             start = end
 
 
+def _parts(pieces, chunk_bytes, reading, threads):
+    """``(block, start, end)`` of the text of ``pieces``: corpus blocks (checked on ``threads`` threads), cut at
+    whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
+    for block, _ in corpus.read_ahead(corpus.read_blocks(pieces, reading=reading, threads=threads)):
+        start = 0
+        while start < len(block):
+            cut = (_WHITESPACE.search(block, start + chunk_bytes)
+                   if chunk_bytes and start + chunk_bytes < len(block) else None)
+            end = cut.start() if cut else len(block)
+            yield block, start, end
+            start = end
+
+
 def build(comm, paths, cfg, log=lambda m: None, reading=True):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
@@ -228,32 +313,31 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True):
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
     shown = progress.Reading("vocab", pieces, log) if reading and comm.rank == 0 else None
-    merged, raw = count(comm, pieces, reading=shown)
+    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")
-    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(merged)):,} distinct tokens")
+    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(tally)):,} distinct tokens")
 
-    mine = [(w, c) for w, c in merged.items() if c >= cfg.min_count]
-    del merged
+    keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
-        floor = _count_floor(comm, np.array([c for _, c in mine], dtype=np.int64), cfg.max_vocab_size)
-        mine = [(w, c) for w, c in mine if c >= floor]
-    size = comm.allreduce(len(mine))
+        keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
+    counts, words, hashes = tally.counts[keep], tally.words(keep), tally.hashes(keep)
+    del tally, keep
+    size = comm.allreduce(len(words))
     if size < comm.size:
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
-    my_ids, runs = agree_ids(comm, np.array([c for _, c in mine], dtype=np.int64),
-                             np.fromiter((hash64(w) for w, _ in mine), dtype=np.uint64, count=len(mine)), cfg.sample)
-    lookup = {w: int(i) for (w, _), i in zip(mine, my_ids)}
+    my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
+    lookup = dict(zip(words, my_ids.tolist()))
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
     owner = plan.owner(my_ids)
     order = np.argsort(owner, kind="stable")
     per_dest = np.bincount(owner, minlength=comm.size)
-    row_words = exchange_words(comm, [mine[i][0] for i in order], per_dest)
+    row_words = exchange_words(comm, [words[i] for i in order.tolist()], per_dest)
     row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
     local_rows = plan.local_row(row_ids)
     words_by_row = [b""] * plan.rows(comm.rank)
@@ -326,11 +410,17 @@ def _owner_order(words, ranks):
 def exchange_words(comm, words, per_dest):
     """Send word strings by destination (``per_dest[d]`` words, in order); returns those received."""
     lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
-    got_lengths, _ = comm.alltoallv(lengths, per_dest)
-    bytes_per_dest = np.array([int(s.sum()) for s in np.split(lengths, np.cumsum(per_dest)[:-1])],
-                              dtype=np.int64)
     blob = np.frombuffer(b"".join(words), dtype=np.uint8)
-    got_blob, _ = comm.alltoallv(blob, bytes_per_dest)
+    got_blob, got_lengths = exchange_bytes(comm, blob, lengths, per_dest)
     data = got_blob.tobytes()
     ends = np.cumsum(got_lengths).tolist()
     return [data[e - n:e] for e, n in zip(ends, got_lengths.tolist())]
+
+
+def exchange_bytes(comm, words, lengths, per_dest):
+    """Send words laid end to end (uint8 ``words``, int64 ``lengths``) by destination (``per_dest[d]`` words,
+    in order); returns ``(words, lengths)`` of those received, laid out alike."""
+    got_lengths, _ = comm.alltoallv(lengths, per_dest)
+    ends = np.concatenate(([0], np.cumsum(lengths)))[np.cumsum(per_dest)]
+    got_words, _ = comm.alltoallv(words, np.diff(np.concatenate(([0], ends))).astype(np.int64))
+    return got_words, got_lengths

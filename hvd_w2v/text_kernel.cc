@@ -1,0 +1,535 @@
+// The text passes' per-token work, as plain loops on the rank's threads: checking a block (NUL bytes, UTF-8),
+// cutting it into tokens (runs of bytes other than corpus.WHITESPACE: space, \t, \n, \v, \f, \r, as Python's
+// bytes.split() and word2vec.c), counting them (the vocabulary's partial and owned counts) and turning them
+// into ids (the encoding). Python keeps the reading, the rounds and every collective (vocab.py, encode.py);
+// its own loops there are the fallback and compute the same bytes (tests/test_text_kernel.py).
+//   hvd_w2v_check_text: the first NUL byte, else the first byte that is not valid UTF-8 (the offset Python's
+//     strict decoder reports: where the longest valid prefix ends).
+//   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
+//     that a round exports ordered by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest).
+//   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
+//   Scan (hvd_w2v_scan_*): one block of the encoding: its tokens as numbers of its distinct words and its
+//     newlines, the distinct words ordered by hash owner (to ask their ids), then the block's ids.
+// Threads split a block at whitespace bytes (a token belongs to the part that holds its first byte); each
+// works on its own table, so no counts or numbers depend on the thread count once merged or renumbered.
+// Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// -- BLAKE2b with an 8-byte digest (RFC 7693), the hash of vocab.hash64 --------------------------------------
+
+constexpr uint64_t IV[8] = {0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL,
+                            0xa54ff53a5f1d36f1ULL, 0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL,
+                            0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
+constexpr uint8_t SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+inline uint64_t rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+inline void g(uint64_t* v, int a, int b, int c, int d, uint64_t x, uint64_t y) {
+  v[a] += v[b] + x;
+  v[d] = rotr(v[d] ^ v[a], 32);
+  v[c] += v[d];
+  v[b] = rotr(v[b] ^ v[c], 24);
+  v[a] += v[b] + y;
+  v[d] = rotr(v[d] ^ v[a], 16);
+  v[c] += v[d];
+  v[b] = rotr(v[b] ^ v[c], 63);
+}
+
+void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
+  uint64_t m[16], v[16];
+  std::memcpy(m, block, 128);  // little-endian words (x86, the machines this builds for)
+  for (int i = 0; i < 8; ++i) v[i] = h[i], v[i + 8] = IV[i];
+  v[12] ^= t;
+  if (last) v[14] = ~v[14];
+  for (const auto& s : SIGMA) {
+    g(v, 0, 4, 8, 12, m[s[0]], m[s[1]]);
+    g(v, 1, 5, 9, 13, m[s[2]], m[s[3]]);
+    g(v, 2, 6, 10, 14, m[s[4]], m[s[5]]);
+    g(v, 3, 7, 11, 15, m[s[6]], m[s[7]]);
+    g(v, 0, 5, 10, 15, m[s[8]], m[s[9]]);
+    g(v, 1, 6, 11, 12, m[s[10]], m[s[11]]);
+    g(v, 2, 7, 8, 13, m[s[12]], m[s[13]]);
+    g(v, 3, 4, 9, 14, m[s[14]], m[s[15]]);
+  }
+  for (int i = 0; i < 8; ++i) h[i] ^= v[i] ^ v[i + 8];
+}
+
+// hashlib.blake2b(word, digest_size=8), read as a little-endian integer.
+uint64_t hash64(const unsigned char* p, uint64_t n) {
+  uint64_t h[8];
+  for (int i = 0; i < 8; ++i) h[i] = IV[i];
+  h[0] ^= 0x01010000ULL ^ 8;  // no key, 8-byte digest
+  uint64_t done = 0;
+  while (n - done > 128) {
+    done += 128;
+    compress(h, p + done - 128, done, false);
+  }
+  unsigned char last[128] = {0};
+  std::memcpy(last, p + done, n - done);
+  compress(h, last, n, true);
+  return h[0];
+}
+
+// vocab.hash_owner: ranks own equal ranges of hashes.
+inline int64_t hash_owner(uint64_t h, int64_t ranks) {
+  return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(ranks)) >> 32);
+}
+
+// -- tokens ---------------------------------------------------------------------------------------------------
+
+struct Whitespace {
+  bool is[256] = {};
+  Whitespace() {
+    for (unsigned char c : {' ', '\t', '\n', '\v', '\f', '\r'}) is[c] = true;
+  }
+};
+const Whitespace WS;
+
+// Where ``parts`` threads split text[0, n): cut k at or after k n / parts, just after a whitespace byte (or
+// at n), so that no token is cut. cuts[0] = 0, cuts[parts] = n.
+std::vector<int64_t> cuts(const unsigned char* text, int64_t n, int64_t parts) {
+  std::vector<int64_t> at(parts + 1, n);
+  at[0] = 0;
+  for (int64_t k = 1; k < parts; ++k) {
+    int64_t p = std::max(at[k - 1], n * k / parts);
+    while (p < n && p > 0 && !WS.is[text[p - 1]]) ++p;
+    at[k] = p;
+  }
+  return at;
+}
+
+// Calls ``token(start, length)`` for each token of text[lo, hi) and ``newline()`` for each newline byte, in
+// order. Returns the tokens.
+template <class Token, class Newline>
+int64_t tokens(const unsigned char* text, int64_t lo, int64_t hi, Token token, Newline newline) {
+  int64_t count = 0, i = lo;
+  while (i < hi) {
+    const unsigned char c = text[i];
+    if (WS.is[c]) {
+      if (c == '\n') newline();
+      ++i;
+      continue;
+    }
+    const int64_t start = i;
+    while (++i < hi && !WS.is[text[i]]) {
+    }
+    token(start, i - start);
+    ++count;
+  }
+  return count;
+}
+
+// A quick hash for the tables (BLAKE2b only where an owner must be found).
+inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t x;
+    std::memcpy(&x, p, 8);
+    h = (h ^ x) * 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 32;
+  }
+  uint64_t x = 0;
+  std::memcpy(&x, p, n);
+  h = (h ^ x) * 0xC4CEB9FE1A85EC53ULL;
+  h ^= h >> 29;
+  h *= 0xFF51AFD7ED558CCDULL;
+  return h ^ (h >> 32);
+}
+
+// Words (bytes) -> int64 values, by open addressing over a power-of-two array of slots (the hash's top 32
+// bits beside the entry's number), doubled whenever it passes half full. Entries in order of first sight;
+// their bytes laid end to end. 8 B a slot (16 to 32 a word) + 32 B an entry + the word's bytes.
+class Table {
+ public:
+  struct Entry {
+    uint64_t at;    // where its bytes start in ``bytes``
+    uint64_t hash;  // quick_hash
+    int64_t value;
+    uint32_t length;
+  };
+  std::vector<Entry> entries;
+  std::vector<unsigned char> bytes;
+
+  Table() : slots_(16, 0), mask_(15) {}
+
+  // The value of ``word``, added as ``init`` when new.
+  int64_t& at(const unsigned char* word, uint32_t n, int64_t init = 0) {
+    const uint64_t h = quick_hash(word, n);
+    const uint64_t tag = h >> 32;
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const uint64_t slot = slots_[i];
+      if (!slot) {
+        if (2 * (entries.size() + 1) > slots_.size()) {
+          grow();
+          return at(word, n, init);
+        }
+        slots_[i] = (tag << 32) | (entries.size() + 1);
+        entries.push_back({bytes.size(), h, init, n});
+        bytes.insert(bytes.end(), word, word + n);
+        return entries.back().value;
+      }
+      if ((slot >> 32) == tag) {
+        Entry& e = entries[(slot & 0xFFFFFFFFULL) - 1];
+        if (e.length == n && std::memcmp(bytes.data() + e.at, word, n) == 0) return e.value;
+      }
+    }
+  }
+
+  // The value of ``word``, or ``missing``.
+  int64_t find(const unsigned char* word, uint32_t n, int64_t missing) const {
+    const uint64_t h = quick_hash(word, n);
+    const uint64_t tag = h >> 32;
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const uint64_t slot = slots_[i];
+      if (!slot) return missing;
+      if ((slot >> 32) == tag) {
+        const Entry& e = entries[(slot & 0xFFFFFFFFULL) - 1];
+        if (e.length == n && std::memcmp(bytes.data() + e.at, word, n) == 0) return e.value;
+      }
+    }
+  }
+
+  const unsigned char* word(const Entry& e) const { return bytes.data() + e.at; }
+
+  // Empty, keeping the memory of its slots for the next block or round.
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), 0);
+    entries.clear();
+    bytes.clear();
+  }
+
+  // Empty, its memory returned.
+  void release() {
+    std::vector<uint64_t>(16, 0).swap(slots_);
+    mask_ = 15;
+    std::vector<Entry>().swap(entries);
+    std::vector<unsigned char>().swap(bytes);
+  }
+
+ private:
+  std::vector<uint64_t> slots_;
+  uint64_t mask_;
+
+  void grow() {
+    std::vector<uint64_t>(2 * slots_.size(), 0).swap(slots_);
+    mask_ = slots_.size() - 1;
+    for (uint64_t k = 0; k < entries.size(); ++k) {
+      uint64_t i = entries[k].hash & mask_;
+      while (slots_[i]) i = (i + 1) & mask_;
+      slots_[i] = ((entries[k].hash >> 32) << 32) | (k + 1);
+    }
+  }
+};
+
+// The first byte of text[0, n) that is not valid UTF-8 (Python's strict decoder: the start of the first
+// sequence it rejects), or n.
+int64_t utf8_end(const unsigned char* s, int64_t n) {
+  int64_t i = 0;
+  while (i < n) {
+    if (i + 8 <= n) {  // eight ASCII bytes at once
+      uint64_t x;
+      std::memcpy(&x, s + i, 8);
+      if (!(x & 0x8080808080808080ULL)) {
+        i += 8;
+        continue;
+      }
+    }
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int more;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;  // no overlong forms
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + more >= n) return i;  // truncated
+    if (s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (int k = 2; k <= more; ++k)
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    i += more + 1;
+  }
+  return n;
+}
+
+// One block of the encoding (see hvd_w2v_scan_text).
+struct Scan {
+  std::vector<Table> tables;      // each thread's distinct words of the block
+  std::vector<int64_t> base;      // the first number of each thread's words
+  std::vector<int32_t> id_of;     // the id of each number (hvd_w2v_scan_ids)
+};
+
+}  // namespace
+
+extern "C" {
+
+// hvd_w2v_hash64 of word[0, n): vocab.hash64 (tests compare the two).
+uint64_t hvd_w2v_hash64(const unsigned char* word, int64_t n) { return hash64(word, n); }
+
+// 0 when text[0, n) is text: no NUL byte and valid UTF-8; else 1 with *where the first NUL byte (NUL bytes
+// are looked for first, in the whole block, as corpus._check_text does), or 2 with *where the first byte
+// that is not UTF-8. On ``threads`` threads, each a part of the block cut after whitespace (ASCII, so a part
+// ends where a character does, and a sequence that spans a cut is rejected at the same byte either way).
+int64_t hvd_w2v_check_text(const unsigned char* text, int64_t n, int64_t threads, int64_t* where) {
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  std::vector<int64_t> nul(threads, n), bad(threads, n);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    const void* z = std::memchr(text + at[t], 0, at[t + 1] - at[t]);
+    if (z) nul[t] = static_cast<const unsigned char*>(z) - text;
+    const int64_t valid = utf8_end(text + at[t], at[t + 1] - at[t]);
+    if (valid < at[t + 1] - at[t]) bad[t] = at[t] + valid;
+  }
+  const int64_t first_nul = *std::min_element(nul.begin(), nul.end());
+  if (first_nul < n) return *where = first_nul, 1;
+  const int64_t first_bad = *std::min_element(bad.begin(), bad.end());
+  if (first_bad < n) return *where = first_bad, 2;
+  return 0;
+}
+
+// -- counts -------------------------------------------------------------------------------------------------
+
+void* hvd_w2v_counts_new(int64_t threads) { return new std::vector<Table>(std::max<int64_t>(threads, 1)); }
+
+void hvd_w2v_counts_free(void* counts) { delete static_cast<std::vector<Table>*>(counts); }
+
+// Adds the tokens of text[0, n) (whole tokens at both ends) to the counts, on ``threads`` threads (at most the
+// tables'), each into its own table. Returns the tokens.
+int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n, int64_t threads) {
+  auto& tables = *static_cast<std::vector<Table>*>(counts);
+  threads = std::min<int64_t>(threads, tables.size());
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  int64_t total = 0;
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1) reduction(+ : total)
+  for (int64_t t = 0; t < threads; ++t) {
+    Table& table = tables[t];
+    total += tokens(text, at[t], at[t + 1], [&](int64_t start, int64_t length) {
+      ++table.at(text + start, static_cast<uint32_t>(length));
+    }, [] {});
+  }
+  return total;
+}
+
+// Adds n words (``lengths`` bytes each, laid end to end in ``words``) with their ``counts`` (a round's, at
+// their hash owner).
+void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const int64_t* lengths,
+                              const int64_t* values, int64_t n) {
+  Table& table = (*static_cast<std::vector<Table>*>(counts))[0];
+  for (int64_t i = 0; i < n; ++i) {
+    table.at(words, static_cast<uint32_t>(lengths[i])) += values[i];
+    words += lengths[i];
+  }
+}
+
+// The distinct words held, summed over the threads' tables (a word in two tables counts twice: the bound of a
+// round looks at this).
+int64_t hvd_w2v_counts_size(void* counts) {
+  int64_t n = 0;
+  for (const Table& t : *static_cast<std::vector<Table>*>(counts)) n += t.entries.size();
+  return n;
+}
+
+// Merges the threads' tables into the first; returns its distinct words, and their bytes in *bytes.
+int64_t hvd_w2v_counts_merge(void* counts, int64_t* bytes) {
+  auto& tables = *static_cast<std::vector<Table>*>(counts);
+  for (size_t t = 1; t < tables.size(); ++t) {
+    for (const Table::Entry& e : tables[t].entries) tables[0].at(tables[t].word(e), e.length) += e.value;
+    tables[t].clear();
+  }
+  *bytes = tables[0].bytes.size();
+  return tables[0].entries.size();
+}
+
+// The merged words (hvd_w2v_counts_merge first) ordered by hash owner among ``ranks``, in order of first
+// sight within an owner: their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to
+// each rank (``per_dest`` int64[ranks]). Then empties the counts, keeping their memory when ``keep`` (a round
+// follows), else returning it.
+void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
+                           int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep) {
+  auto& tables = *static_cast<std::vector<Table>*>(counts);
+  Table& table = tables[0];
+  const int64_t n = table.entries.size();
+  std::vector<uint64_t> h(n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+  for (int64_t i = 0; i < n; ++i) h[i] = hash64(table.word(table.entries[i]), table.entries[i].length);
+  std::vector<int64_t> start(ranks + 1, 0);
+  for (int64_t r = 0; r < ranks; ++r) per_dest[r] = 0;
+  for (int64_t i = 0; i < n; ++i) ++per_dest[hash_owner(h[i], ranks)];
+  std::vector<int64_t> byte_start(ranks + 1, 0);
+  for (int64_t i = 0; i < n; ++i) byte_start[hash_owner(h[i], ranks) + 1] += table.entries[i].length;
+  for (int64_t r = 0; r < ranks; ++r) {
+    start[r + 1] = start[r] + per_dest[r];
+    byte_start[r + 1] += byte_start[r];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const Table::Entry& e = table.entries[i];
+    const int64_t r = hash_owner(h[i], ranks);
+    const int64_t k = start[r]++;
+    lengths[k] = e.length;
+    values[k] = e.value;
+    hashes[k] = h[i];
+    std::memcpy(words + byte_start[r], table.word(e), e.length);
+    byte_start[r] += e.length;
+  }
+  for (Table& t : tables) keep ? t.clear() : t.release();
+}
+
+// -- ids ------------------------------------------------------------------------------------------------------
+
+// A hash owner's word -> id: n words (``lengths`` bytes each, end to end in ``words``) and their ``ids``.
+void* hvd_w2v_lookup_new(const unsigned char* words, const int64_t* lengths, const int64_t* ids, int64_t n) {
+  Table* table = new Table();
+  for (int64_t i = 0; i < n; ++i) {
+    table->at(words, static_cast<uint32_t>(lengths[i]), ids[i]);
+    words += lengths[i];
+  }
+  return table;
+}
+
+void hvd_w2v_lookup_free(void* lookup) { delete static_cast<Table*>(lookup); }
+
+// out[i] = the id of word i of n (as hvd_w2v_lookup_new lays them), -1 when it has none; on ``threads``.
+void hvd_w2v_lookup_ids(void* lookup, const unsigned char* words, const int64_t* lengths, int64_t n, int64_t* out,
+                        int64_t threads) {
+  const Table& table = *static_cast<Table*>(lookup);
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 4096)
+  for (int64_t i = 0; i < n; ++i) out[i] = table.find(words + start[i], static_cast<uint32_t>(lengths[i]), -1);
+}
+
+// -- one block of the encoding ---------------------------------------------------------------------------------
+
+void* hvd_w2v_scan_new(int64_t threads) {
+  Scan* scan = new Scan();
+  scan->tables.resize(std::max<int64_t>(threads, 1));
+  return scan;
+}
+
+void hvd_w2v_scan_free(void* scan) { delete static_cast<Scan*>(scan); }
+
+// The block text[0, n) (whole tokens) on ``threads`` threads (at most the scan's): writes into out (int32, n + 1
+// at least) its tokens, each as the number of its distinct word (numbers from 0, in order of the threads'
+// parts), and -1 for each newline, in text order; returns how many. Returns the distinct words in *distinct
+// and their bytes in *bytes.
+int64_t hvd_w2v_scan_text(void* scan_, const unsigned char* text, int64_t n, int64_t threads, int32_t* out,
+                          int64_t* distinct, int64_t* bytes) {
+  Scan& scan = *static_cast<Scan*>(scan_);
+  threads = std::min<int64_t>(threads, scan.tables.size());
+  for (Table& t : scan.tables) t.clear();
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  std::vector<int64_t> written(threads, 0);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    Table& table = scan.tables[t];
+    int32_t* o = out + at[t];  // a part's tokens and newlines are fewer than its bytes
+    int64_t k = 0;
+    tokens(text, at[t], at[t + 1], [&](int64_t start, int64_t length) {
+      int64_t& number = table.at(text + start, static_cast<uint32_t>(length), -1);
+      if (number < 0) number = table.entries.size() - 1;
+      o[k++] = static_cast<int32_t>(number);
+    }, [&] { o[k++] = -1; });
+    written[t] = k;
+  }
+  scan.base.assign(scan.tables.size() + 1, 0);
+  *bytes = 0;
+  for (size_t t = 0; t < scan.tables.size(); ++t) {
+    scan.base[t + 1] = scan.base[t] + scan.tables[t].entries.size();
+    *bytes += scan.tables[t].bytes.size();
+  }
+  *distinct = scan.base.back();
+  int64_t m = 0;  // the parts' output, moved together and renumbered
+  for (int64_t t = 0; t < threads; ++t) {
+    const int32_t base = static_cast<int32_t>(scan.base[t]);
+    const int32_t* from = out + at[t];
+    for (int64_t k = 0; k < written[t]; ++k) out[m++] = from[k] < 0 ? -1 : from[k] + base;
+  }
+  return m;
+}
+
+// The block's distinct words (hvd_w2v_scan_text first) ordered by hash owner among ``ranks`` (all to rank 0
+// on one rank, without hashing), by number within an owner: their bytes end to end, lengths, numbers
+// (``order``) and how many go to each rank (``per_dest``).
+void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
+                        int64_t* order, int64_t* per_dest) {
+  Scan& scan = *static_cast<Scan*>(scan_);
+  const int64_t n = scan.base.back();
+  std::vector<const Table::Entry*> entry(n);
+  std::vector<const Table*> of(n);
+  for (size_t t = 0; t < scan.tables.size(); ++t)
+    for (size_t i = 0; i < scan.tables[t].entries.size(); ++i) {
+      entry[scan.base[t] + i] = &scan.tables[t].entries[i];
+      of[scan.base[t] + i] = &scan.tables[t];
+    }
+  std::vector<int64_t> owner(n, 0);
+  if (ranks > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+    for (int64_t i = 0; i < n; ++i) owner[i] = hash_owner(hash64(of[i]->word(*entry[i]), entry[i]->length), ranks);
+  }
+  std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    ++start[owner[i] + 1];
+    byte_start[owner[i] + 1] += entry[i]->length;
+  }
+  for (int64_t r = 0; r < ranks; ++r) {
+    per_dest[r] = start[r + 1];
+    start[r + 1] += start[r];
+    byte_start[r + 1] += byte_start[r];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = owner[i], k = start[r]++;
+    lengths[k] = entry[i]->length;
+    order[k] = i;
+    std::memcpy(words + byte_start[r], of[i]->word(*entry[i]), entry[i]->length);
+    byte_start[r] += entry[i]->length;
+  }
+}
+
+// The block's part of the id stream, in place in ``out`` (its m entries from hvd_w2v_scan_text): each token's
+// id (``ids``[k]: the id of word number ``order``[k], -1 out of the vocabulary, then dropped) and
+// ``sentence_end`` for each newline, then one more ``sentence_end`` when ``file_end``. Returns its length.
+int64_t hvd_w2v_scan_ids(void* scan_, const int64_t* ids, const int64_t* order, int32_t* out, int64_t m,
+                         int64_t file_end, int32_t sentence_end) {
+  Scan& scan = *static_cast<Scan*>(scan_);
+  const int64_t n = scan.base.back();
+  scan.id_of.assign(n, -1);
+  for (int64_t k = 0; k < n; ++k) scan.id_of[order[k]] = static_cast<int32_t>(ids[k]);
+  int64_t w = 0;
+  for (int64_t k = 0; k < m; ++k) {
+    const int32_t x = out[k];
+    if (x < 0) {
+      out[w++] = sentence_end;
+    } else {
+      const int32_t id = scan.id_of[x];
+      if (id >= 0) out[w++] = id;
+    }
+  }
+  if (file_end) out[w++] = sentence_end;
+  return w;
+}
+
+}  // extern "C"
