@@ -326,7 +326,7 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
 TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_check_text": ([P, I64, I64, P], I64),
                   "hvd_w2v_counts_new": ([I64], P), "hvd_w2v_counts_free": ([P], None),
-                  "hvd_w2v_counts_add_text": ([P, P, I64, I64], I64),
+                  "hvd_w2v_counts_add_text": ([P, P, I64], I64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_merge": ([P, P], I64),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64], None),
@@ -387,7 +387,7 @@ class Counts:
             raise ValueError(f"text range [{start}, {end}) outside the block's {len(block)} bytes")
         if end == start:
             return 0
-        return self.lib.hvd_w2v_counts_add_text(self.handle, _text(block) + start, end - start, self.threads)
+        return self.lib.hvd_w2v_counts_add_text(self.handle, _text(block) + start, end - start)
 
     def add_words(self, words, lengths, counts):
         """Add ``counts`` (int64) of the words laid out in ``words`` (uint8) by ``lengths`` (int64)."""

@@ -132,107 +132,172 @@ int64_t tokens(const unsigned char* text, int64_t lo, int64_t hi, Token token, N
   return count;
 }
 
+// A word of at most 8 bytes as one integer (zero-padded): such words are kept in their slot.
+inline uint64_t inline_word(const unsigned char* p, uint64_t n) {
+  uint64_t x = 0;
+  std::memcpy(&x, p, n);
+  return x;
+}
+
 // A quick hash for the tables (BLAKE2b only where an owner must be found).
 inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
   uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
-  for (; n >= 8; p += 8, n -= 8) {
+  for (; n > 8; p += 8, n -= 8) {
     uint64_t x;
     std::memcpy(&x, p, 8);
     h = (h ^ x) * 0xFF51AFD7ED558CCDULL;
     h ^= h >> 32;
   }
-  uint64_t x = 0;
-  std::memcpy(&x, p, n);
-  h = (h ^ x) * 0xC4CEB9FE1A85EC53ULL;
+  h = (h ^ inline_word(p, n)) * 0xC4CEB9FE1A85EC53ULL;
   h ^= h >> 29;
   h *= 0xFF51AFD7ED558CCDULL;
   return h ^ (h >> 32);
 }
 
-// Words (bytes) -> int64 values, by open addressing over a power-of-two array of slots (the hash's top 32
-// bits beside the entry's number), doubled whenever it passes half full. Entries in order of first sight;
-// their bytes laid end to end. 8 B a slot (16 to 32 a word) + 32 B an entry + the word's bytes.
+// Words (bytes) -> int64 values, by open addressing (linear probing) over a power-of-two array of slots,
+// grown twofold whenever it passes two thirds full. A slot holds all that a look-up reads: the word's hash,
+// length, value and the word itself when it has at most 8 bytes (else where its bytes start in ``bytes``), so
+// that finding a short word costs one cache miss, and callers ask for the slot ahead of use (prefetch).
+// Words are numbered in order of first sight. 32 B a slot (48 to 96 B a word) + 4 B + the bytes of longer
+// words.
 class Table {
  public:
-  struct Entry {
-    uint64_t at;    // where its bytes start in ``bytes``
-    uint64_t hash;  // quick_hash
+  struct Slot {
+    uint64_t hash;
+    uint64_t word;  // the word itself (length <= 8), or where its bytes start in ``bytes``
+    uint32_t length;  // 0: empty (tokens are never empty)
+    uint32_t number;  // order of first sight
     int64_t value;
-    uint32_t length;
   };
-  std::vector<Entry> entries;
-  std::vector<unsigned char> bytes;
 
-  Table() : slots_(16, 0), mask_(15) {}
+  Table() : slots_(16), mask_(15) {}
 
-  // The value of ``word``, added as ``init`` when new.
-  int64_t& at(const unsigned char* word, uint32_t n, int64_t init = 0) {
-    const uint64_t h = quick_hash(word, n);
-    const uint64_t tag = h >> 32;
+  int64_t size() const { return where_.size(); }
+  int64_t byte_size() const { return bytes_total_; }
+
+  // Where ``word`` of hash ``h`` is or would go: ask for it some look-ups ahead.
+  void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
+
+  // The value of ``word`` (hash ``h``), added as ``init`` when new.
+  int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, int64_t init = 0) {
+    const uint64_t x = n <= 8 ? inline_word(word, n) : 0;
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
-      const uint64_t slot = slots_[i];
-      if (!slot) {
-        if (2 * (entries.size() + 1) > slots_.size()) {
+      Slot& slot = slots_[i];
+      if (!slot.length) {
+        if (3 * (where_.size() + 1) > 2 * slots_.size()) {
           grow();
-          return at(word, n, init);
+          return at(word, n, h, init);
         }
-        slots_[i] = (tag << 32) | (entries.size() + 1);
-        entries.push_back({bytes.size(), h, init, n});
-        bytes.insert(bytes.end(), word, word + n);
-        return entries.back().value;
+        slot.hash = h;
+        slot.length = n;
+        slot.number = static_cast<uint32_t>(where_.size());
+        slot.value = init;
+        if (n <= 8) {
+          slot.word = x;
+        } else {
+          slot.word = bytes_.size();
+          bytes_.insert(bytes_.end(), word, word + n);
+        }
+        bytes_total_ += n;
+        where_.push_back(i);
+        return slot.value;
       }
-      if ((slot >> 32) == tag) {
-        Entry& e = entries[(slot & 0xFFFFFFFFULL) - 1];
-        if (e.length == n && std::memcmp(bytes.data() + e.at, word, n) == 0) return e.value;
-      }
+      if (slot.hash == h && slot.length == n &&
+          (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
+        return slot.value;
     }
   }
+  int64_t& at(const unsigned char* word, uint32_t n, int64_t init = 0) {
+    return at(word, n, quick_hash(word, n), init);
+  }
 
-  // The value of ``word``, or ``missing``.
-  int64_t find(const unsigned char* word, uint32_t n, int64_t missing) const {
-    const uint64_t h = quick_hash(word, n);
-    const uint64_t tag = h >> 32;
+  // The value of ``word`` (hash ``h``), or ``missing``.
+  int64_t find(const unsigned char* word, uint32_t n, uint64_t h, int64_t missing) const {
+    const uint64_t x = n <= 8 ? inline_word(word, n) : 0;
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
-      const uint64_t slot = slots_[i];
-      if (!slot) return missing;
-      if ((slot >> 32) == tag) {
-        const Entry& e = entries[(slot & 0xFFFFFFFFULL) - 1];
-        if (e.length == n && std::memcmp(bytes.data() + e.at, word, n) == 0) return e.value;
-      }
+      const Slot& slot = slots_[i];
+      if (!slot.length) return missing;
+      if (slot.hash == h && slot.length == n &&
+          (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
+        return slot.value;
     }
   }
 
-  const unsigned char* word(const Entry& e) const { return bytes.data() + e.at; }
+  // Word number k: its slot, and its bytes.
+  const Slot& slot(int64_t k) const { return slots_[where_[k]]; }
+  const unsigned char* word(const Slot& slot) const {
+    return slot.length <= 8 ? reinterpret_cast<const unsigned char*>(&slot.word) : bytes_.data() + slot.word;
+  }
 
   // Empty, keeping the memory of its slots for the next block or round.
   void clear() {
-    std::fill(slots_.begin(), slots_.end(), 0);
-    entries.clear();
-    bytes.clear();
+    if (where_.size() * 8 < slots_.size()) {  // few words: clear their slots alone
+      for (uint64_t i : where_) slots_[i].length = 0;
+    } else {
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+    }
+    where_.clear();
+    bytes_.clear();
+    bytes_total_ = 0;
   }
 
   // Empty, its memory returned.
   void release() {
-    std::vector<uint64_t>(16, 0).swap(slots_);
+    std::vector<Slot>(16).swap(slots_);
     mask_ = 15;
-    std::vector<Entry>().swap(entries);
-    std::vector<unsigned char>().swap(bytes);
+    std::vector<uint64_t>().swap(where_);
+    std::vector<unsigned char>().swap(bytes_);
+    bytes_total_ = 0;
   }
 
  private:
-  std::vector<uint64_t> slots_;
+  std::vector<Slot> slots_;
   uint64_t mask_;
+  std::vector<uint64_t> where_;  // the slot of each word, by number
+  std::vector<unsigned char> bytes_;  // the words longer than 8 bytes, end to end
+  int64_t bytes_total_ = 0;  // the bytes of all words
 
   void grow() {
-    std::vector<uint64_t>(2 * slots_.size(), 0).swap(slots_);
+    std::vector<Slot> old(2 * slots_.size());
+    old.swap(slots_);
     mask_ = slots_.size() - 1;
-    for (uint64_t k = 0; k < entries.size(); ++k) {
-      uint64_t i = entries[k].hash & mask_;
-      while (slots_[i]) i = (i + 1) & mask_;
-      slots_[i] = ((entries[k].hash >> 32) << 32) | (k + 1);
+    for (uint64_t& w : where_) {
+      const Slot& s = old[w];
+      uint64_t i = s.hash & mask_;
+      while (slots_[i].length) i = (i + 1) & mask_;
+      slots_[i] = s;
+      w = i;
     }
   }
 };
+
+// Calls ``each(start, length, hash)`` for the tokens of text[lo, hi) and ``newline()`` for each newline byte,
+// in order, a batch of tokens at a time: each batch's hashes first, their slots asked of ``table`` ahead.
+template <class Each, class Newline>
+int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo, int64_t hi, Each each,
+                       Newline newline) {
+  constexpr int BATCH = 16;
+  int64_t start[BATCH];  // a token's start, or -1: a newline
+  uint32_t length[BATCH];
+  uint64_t hash[BATCH];
+  int k = 0;
+  auto flush = [&] {
+    for (int j = 0; j < k; ++j) start[j] < 0 ? newline() : each(start[j], length[j], hash[j]);
+    k = 0;
+  };
+  int64_t count = tokens(text, lo, hi, [&](int64_t at, int64_t n) {
+    start[k] = at;
+    length[k] = static_cast<uint32_t>(n);
+    hash[k] = quick_hash(text + at, n);
+    table.prefetch(hash[k]);
+    if (++k == BATCH) flush();
+  }, [&] {
+    start[k] = -1;
+    if (++k == BATCH) flush();
+  });
+  flush();
+  return count;
+}
 
 // The first byte of text[0, n) that is not valid UTF-8 (Python's strict decoder: the start of the first
 // sequence it rejects), or n.
@@ -311,25 +376,89 @@ int64_t hvd_w2v_check_text(const unsigned char* text, int64_t n, int64_t threads
   return 0;
 }
 
+}  // extern "C"
+
+namespace {
+
 // -- counts -------------------------------------------------------------------------------------------------
 
-void* hvd_w2v_counts_new(int64_t threads) { return new std::vector<Table>(std::max<int64_t>(threads, 1)); }
+// A rank's counts: one table per thread, each holding the words whose quick hash it owns (part_of), so no word
+// is in two tables and no table is written by two threads.
+struct Counts {
+  std::vector<Table> tables;
+  // Scratch of hvd_w2v_counts_add_text: the tokens each thread found, by the table they go to.
+  struct Token {
+    const unsigned char* at;
+    uint64_t hash;
+    uint32_t length;
+  };
+  std::vector<std::vector<std::vector<Token>>> found;  // [finder][table]
+};
 
-void hvd_w2v_counts_free(void* counts) { delete static_cast<std::vector<Table>*>(counts); }
+inline int64_t part_of(uint64_t h, int64_t parts) {
+  return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(parts)) >> 32);
+}
 
-// Adds the tokens of text[0, n) (whole tokens at both ends) to the counts, on ``threads`` threads (at most the
-// tables'), each into its own table. Returns the tokens.
-int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n, int64_t threads) {
-  auto& tables = *static_cast<std::vector<Table>*>(counts);
-  threads = std::min<int64_t>(threads, tables.size());
-  const std::vector<int64_t> at = cuts(text, n, threads);
-  int64_t total = 0;
-#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1) reduction(+ : total)
-  for (int64_t t = 0; t < threads; ++t) {
-    Table& table = tables[t];
-    total += tokens(text, at[t], at[t + 1], [&](int64_t start, int64_t length) {
-      ++table.at(text + start, static_cast<uint32_t>(length));
+// Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
+// (24 B a token) whatever the text's size.
+constexpr int64_t SEGMENT_BYTES = 1 << 20;
+
+}  // namespace
+
+extern "C" {
+
+void* hvd_w2v_counts_new(int64_t threads) {
+  Counts* c = new Counts();
+  threads = std::max<int64_t>(threads, 1);
+  c->tables.resize(threads);
+  c->found.assign(threads, std::vector<std::vector<Counts::Token>>(threads));
+  return c;
+}
+
+void hvd_w2v_counts_free(void* counts) { delete static_cast<Counts*>(counts); }
+
+// Adds the tokens of text[0, n) (whole tokens at both ends) to the counts. On one thread each token goes
+// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES,
+// each thread cuts its part of the segment into tokens, then each adds those its table owns. Returns the
+// tokens.
+int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n) {
+  Counts& c = *static_cast<Counts*>(counts);
+  const int64_t parts = c.tables.size();
+  if (parts == 1) {
+    Table& table = c.tables[0];
+    return batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h) {
+      ++table.at(text + at, length, h);
     }, [] {});
+  }
+  int64_t total = 0;
+  for (int64_t lo = 0; lo < n;) {
+    int64_t hi = std::min(n, lo + SEGMENT_BYTES * parts);
+    while (hi < n && !WS.is[text[hi - 1]]) ++hi;
+    std::vector<int64_t> at = cuts(text + lo, hi - lo, parts);
+#pragma omp parallel num_threads(parts)
+    {
+      const int64_t t = omp_get_thread_num();
+      auto& mine = c.found[t];
+      for (auto& f : mine) f.clear();
+      int64_t k = tokens(text, lo + at[t], lo + at[t + 1], [&](int64_t start, int64_t length) {
+        const uint64_t h = quick_hash(text + start, length);
+        mine[part_of(h, parts)].push_back({text + start, h, static_cast<uint32_t>(length)});
+      }, [] {});
+#pragma omp atomic
+      total += k;
+#pragma omp barrier
+      Table& table = c.tables[t];
+      constexpr int AHEAD = 8;
+      for (int64_t f = 0; f < parts; ++f) {
+        const auto& list = c.found[f][t];
+        const int64_t m = list.size();
+        for (int64_t i = 0; i < m; ++i) {
+          if (i + AHEAD < m) table.prefetch(list[i + AHEAD].hash);
+          ++table.at(list[i].at, list[i].length, list[i].hash);
+        }
+      }
+    }
+    lo = hi;
   }
   return total;
 }
@@ -338,62 +467,65 @@ int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t
 // their hash owner).
 void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const int64_t* lengths,
                               const int64_t* values, int64_t n) {
-  Table& table = (*static_cast<std::vector<Table>*>(counts))[0];
+  Counts& c = *static_cast<Counts*>(counts);
+  const int64_t parts = c.tables.size();
   for (int64_t i = 0; i < n; ++i) {
-    table.at(words, static_cast<uint32_t>(lengths[i])) += values[i];
+    const uint64_t h = quick_hash(words, lengths[i]);
+    c.tables[part_of(h, parts)].at(words, static_cast<uint32_t>(lengths[i]), h) += values[i];
     words += lengths[i];
   }
 }
 
-// The distinct words held, summed over the threads' tables (a word in two tables counts twice: the bound of a
-// round looks at this).
+// The distinct words held.
 int64_t hvd_w2v_counts_size(void* counts) {
   int64_t n = 0;
-  for (const Table& t : *static_cast<std::vector<Table>*>(counts)) n += t.entries.size();
+  for (const Table& t : static_cast<Counts*>(counts)->tables) n += t.size();
   return n;
 }
 
-// Merges the threads' tables into the first; returns its distinct words, and their bytes in *bytes.
+// The distinct words held, and their bytes in *bytes.
 int64_t hvd_w2v_counts_merge(void* counts, int64_t* bytes) {
-  auto& tables = *static_cast<std::vector<Table>*>(counts);
-  for (size_t t = 1; t < tables.size(); ++t) {
-    for (const Table::Entry& e : tables[t].entries) tables[0].at(tables[t].word(e), e.length) += e.value;
-    tables[t].clear();
-  }
-  *bytes = tables[0].bytes.size();
-  return tables[0].entries.size();
+  *bytes = 0;
+  for (const Table& t : static_cast<Counts*>(counts)->tables) *bytes += t.byte_size();
+  return hvd_w2v_counts_size(counts);
 }
 
-// The merged words (hvd_w2v_counts_merge first) ordered by hash owner among ``ranks``, in order of first
-// sight within an owner: their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to
-// each rank (``per_dest`` int64[ranks]). Then empties the counts, keeping their memory when ``keep`` (a round
-// follows), else returning it.
+// The words ordered by hash owner among ``ranks`` (table by table, in order of first sight within an owner):
+// their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to each rank (``per_dest``
+// int64[ranks]). Then empties the counts, keeping their memory when ``keep`` (a round follows), else
+// returning it.
 void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
                            int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep) {
-  auto& tables = *static_cast<std::vector<Table>*>(counts);
-  Table& table = tables[0];
-  const int64_t n = table.entries.size();
+  auto& tables = static_cast<Counts*>(counts)->tables;
+  std::vector<const Table::Slot*> slot;
+  std::vector<const Table*> of;
+  for (const Table& t : tables)
+    for (int64_t k = 0; k < t.size(); ++k) {
+      slot.push_back(&t.slot(k));
+      of.push_back(&t);
+    }
+  const int64_t n = slot.size();
   std::vector<uint64_t> h(n);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
-  for (int64_t i = 0; i < n; ++i) h[i] = hash64(table.word(table.entries[i]), table.entries[i].length);
-  std::vector<int64_t> start(ranks + 1, 0);
-  for (int64_t r = 0; r < ranks; ++r) per_dest[r] = 0;
-  for (int64_t i = 0; i < n; ++i) ++per_dest[hash_owner(h[i], ranks)];
-  std::vector<int64_t> byte_start(ranks + 1, 0);
-  for (int64_t i = 0; i < n; ++i) byte_start[hash_owner(h[i], ranks) + 1] += table.entries[i].length;
+  for (int64_t i = 0; i < n; ++i) h[i] = hash64(of[i]->word(*slot[i]), slot[i]->length);
+  std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = hash_owner(h[i], ranks);
+    ++start[r + 1];
+    byte_start[r + 1] += slot[i]->length;
+  }
   for (int64_t r = 0; r < ranks; ++r) {
-    start[r + 1] = start[r] + per_dest[r];
+    per_dest[r] = start[r + 1];
+    start[r + 1] += start[r];
     byte_start[r + 1] += byte_start[r];
   }
   for (int64_t i = 0; i < n; ++i) {
-    const Table::Entry& e = table.entries[i];
-    const int64_t r = hash_owner(h[i], ranks);
-    const int64_t k = start[r]++;
-    lengths[k] = e.length;
-    values[k] = e.value;
+    const int64_t r = hash_owner(h[i], ranks), k = start[r]++;
+    lengths[k] = slot[i]->length;
+    values[k] = slot[i]->value;
     hashes[k] = h[i];
-    std::memcpy(words + byte_start[r], table.word(e), e.length);
-    byte_start[r] += e.length;
+    std::memcpy(words + byte_start[r], of[i]->word(*slot[i]), slot[i]->length);
+    byte_start[r] += slot[i]->length;
   }
   for (Table& t : tables) keep ? t.clear() : t.release();
 }
@@ -418,8 +550,18 @@ void hvd_w2v_lookup_ids(void* lookup, const unsigned char* words, const int64_t*
   const Table& table = *static_cast<Table*>(lookup);
   std::vector<int64_t> start(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 4096)
-  for (int64_t i = 0; i < n; ++i) out[i] = table.find(words + start[i], static_cast<uint32_t>(lengths[i]), -1);
+  constexpr int64_t AHEAD = 8;
+  std::vector<uint64_t> h(n);
+#pragma omp parallel num_threads(threads) if (threads > 1 && n > 4096)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) h[i] = quick_hash(words + start[i], lengths[i]);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + AHEAD < n) table.prefetch(h[i + AHEAD]);
+      out[i] = table.find(words + start[i], static_cast<uint32_t>(lengths[i]), h[i], -1);
+    }
+  }
 }
 
 // -- one block of the encoding ---------------------------------------------------------------------------------
@@ -448,9 +590,9 @@ int64_t hvd_w2v_scan_text(void* scan_, const unsigned char* text, int64_t n, int
     Table& table = scan.tables[t];
     int32_t* o = out + at[t];  // a part's tokens and newlines are fewer than its bytes
     int64_t k = 0;
-    tokens(text, at[t], at[t + 1], [&](int64_t start, int64_t length) {
-      int64_t& number = table.at(text + start, static_cast<uint32_t>(length), -1);
-      if (number < 0) number = table.entries.size() - 1;
+    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h) {
+      int64_t& number = table.at(text + start, length, h, -1);
+      if (number < 0) number = table.size() - 1;
       o[k++] = static_cast<int32_t>(number);
     }, [&] { o[k++] = -1; });
     written[t] = k;
@@ -458,8 +600,8 @@ int64_t hvd_w2v_scan_text(void* scan_, const unsigned char* text, int64_t n, int
   scan.base.assign(scan.tables.size() + 1, 0);
   *bytes = 0;
   for (size_t t = 0; t < scan.tables.size(); ++t) {
-    scan.base[t + 1] = scan.base[t] + scan.tables[t].entries.size();
-    *bytes += scan.tables[t].bytes.size();
+    scan.base[t + 1] = scan.base[t] + scan.tables[t].size();
+    *bytes += scan.tables[t].byte_size();
   }
   *distinct = scan.base.back();
   int64_t m = 0;  // the parts' output, moved together and renumbered
@@ -478,11 +620,11 @@ void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned ch
                         int64_t* order, int64_t* per_dest) {
   Scan& scan = *static_cast<Scan*>(scan_);
   const int64_t n = scan.base.back();
-  std::vector<const Table::Entry*> entry(n);
+  std::vector<const Table::Slot*> entry(n);
   std::vector<const Table*> of(n);
   for (size_t t = 0; t < scan.tables.size(); ++t)
-    for (size_t i = 0; i < scan.tables[t].entries.size(); ++i) {
-      entry[scan.base[t] + i] = &scan.tables[t].entries[i];
+    for (int64_t i = 0; i < scan.tables[t].size(); ++i) {
+      entry[scan.base[t] + i] = &scan.tables[t].slot(i);
       of[scan.base[t] + i] = &scan.tables[t];
     }
   std::vector<int64_t> owner(n, 0);
