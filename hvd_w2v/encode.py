@@ -117,31 +117,30 @@ def python_part(comm, vocab, block):
 
 
 class CompiledPart:
-    """python_part in text_kernel.cc on the rank's threads, the same ids: the block's tokens numbered by
-    distinct word, those words asked of their hash owners (laid end to end, no Python object per word), the
-    owners answering from a compiled copy of their ``vocab.lookup``. Memory: 4 B per byte of the block for its
-    numbers, the block's distinct words (about 50 B each, with their bytes) and the lookup's copy (about 56 B
-    per word this rank hash-owns)."""
+    """python_part in text_kernel.cc on the rank's threads, the same ids, from a compiled copy of the rank's
+    hash-owned words (vocab.owned_words: about 50 B a word and the bytes of those over 8 bytes). On one rank
+    each token is looked up as it is found. On more, the block's tokens are numbered by distinct word, those
+    words asked of their hash owners (laid end to end, no Python object per word) and the answers turned into
+    the block's ids. Memory: 4 B per byte of the block (its numbers, then its ids), and on more than one rank
+    the block's distinct words (about 50 B each, and their bytes, twice while asked)."""
 
     def __init__(self, comm, lib, vocab):
-        words = list(vocab.lookup)
-        lengths = np.fromiter(map(len, words), np.int64, count=len(words))
-        self.lookup = native.WordIds(lib, np.frombuffer(b"".join(words), np.uint8), lengths,
-                                     np.fromiter(vocab.lookup.values(), np.int64, count=len(words)))
-        del words
-        self.scan = native.Scan(lib, comm.threads)
+        self.lookup = native.WordIds(lib, *vocab.owned_words())
+        self.scan = native.Scan(lib, comm.threads) if comm.size > 1 else None
         self.threads = comm.threads
+        self.out = None
 
     def __call__(self, comm, vocab, block):
         text, file_end = block or (b"", False)
+        if self.scan is None:
+            if self.out is None or len(self.out) < len(text) + 1:
+                self.out = np.empty(len(text) + 1, np.int32)
+            return self.lookup.encode(text, file_end, SENTENCE_END, self.threads, self.out)
         self.scan.text(text)
         words, lengths, order, per_dest = self.scan.words(comm.size)
-        if comm.size > 1:
-            asked, asked_lengths = exchange_bytes(comm, words, lengths, per_dest)
-            answers = self.lookup.ids(asked, asked_lengths, self.threads)
-            ids, _ = comm.alltoallv(answers, comm.alltoall_ints(per_dest))  # back to the askers, in their order
-        else:
-            ids = self.lookup.ids(words, lengths, self.threads)
+        asked, asked_lengths = exchange_bytes(comm, words, lengths, per_dest)
+        answers = self.lookup.ids(asked, asked_lengths, self.threads)
+        ids, _ = comm.alltoallv(answers, comm.alltoall_ints(per_dest))  # back to the askers, in their order
         return self.scan.ids(ids, order, file_end, SENTENCE_END)
 
 

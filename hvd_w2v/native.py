@@ -330,6 +330,9 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_merge": ([P, P], I64),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64], None),
+                  "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
+                  "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
+                  "hvd_w2v_encode_local": ([P, P, I64, I64, P, I64, ctypes.c_int32], I64),
                   "hvd_w2v_lookup_new": ([P, P, P, I64], P), "hvd_w2v_lookup_free": ([P], None),
                   "hvd_w2v_lookup_ids": ([P, P, P, I64, P, I64], None),
                   "hvd_w2v_scan_new": ([I64], P), "hvd_w2v_scan_free": ([P], None),
@@ -371,6 +374,27 @@ def hash64s(lib, words):
     return [lib.hvd_w2v_hash64(_text(w), len(w)) for w in words]
 
 
+def hash_words(lib, words, lengths, threads=1):
+    """vocab.hash64 (uint64) of each word laid out in ``words`` (uint8) by ``lengths`` (int64), on ``threads``."""
+    words, lengths = _words(words, lengths)
+    out = np.empty(len(lengths), np.uint64)
+    lib.hvd_w2v_hash_words(words.ctypes.data, lengths.ctypes.data, len(lengths), out.ctypes.data, max(threads, 1))
+    return out
+
+
+def gather_words(lib, words, lengths, which):
+    """vocab.gather_words, compiled."""
+    words, lengths = _words(words, lengths)
+    which = np.ascontiguousarray(which, np.int64)
+    if len(which) and (which.min() < 0 or which.max() >= len(lengths)):
+        raise IndexError(f"word numbers must lie in [0, {len(lengths)})")
+    picked = lengths[which]
+    out = np.empty(int(picked.sum()), np.uint8)
+    lib.hvd_w2v_gather_words(words.ctypes.data, lengths.ctypes.data, len(lengths), which.ctypes.data, len(which),
+                             out.ctypes.data, picked.ctypes.data)
+    return out, picked
+
+
 class Counts:
     """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count).
     Memory: 32 B an entry + 16 to 32 B of slots + the word's bytes, per table holding the word."""
@@ -402,15 +426,17 @@ class Counts:
         """Distinct words summed over the threads' tables."""
         return self.lib.hvd_w2v_counts_size(self.handle)
 
-    def take(self, ranks, keep=True):
+    def take(self, ranks, keep=True, hashed=True):
         """The counts ordered by hash owner among ``ranks``, as (words uint8, lengths int64, counts int64,
-        hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``)."""
+        hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``).
+        Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner)."""
         size = ctypes.c_int64()
         n = self.lib.hvd_w2v_counts_merge(self.handle, ctypes.byref(size))
         words, lengths = np.empty(size.value, np.uint8), np.empty(n, np.int64)
         counts, hashes, per_dest = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(ranks, np.int64)
         self.lib.hvd_w2v_counts_export(self.handle, ranks, self.threads, words.ctypes.data, lengths.ctypes.data,
-                                       counts.ctypes.data, hashes.ctypes.data, per_dest.ctypes.data, int(keep))
+                                       counts.ctypes.data, hashes.ctypes.data if hashed else None,
+                                       per_dest.ctypes.data, int(keep))
         return words, lengths, counts, hashes, per_dest
 
     def __del__(self):
@@ -435,6 +461,17 @@ class WordIds:
         self.lib.hvd_w2v_lookup_ids(self.handle, words.ctypes.data, lengths.ctypes.data, len(lengths),
                                     out.ctypes.data, max(threads, 1))
         return out
+
+    def encode(self, block, file_end, sentence_end, threads=1, out=None):
+        """encode's part of the stream from ``block`` (bytes of whole tokens, checked text) where this table
+        holds every word (one rank): int32 ids, out-of-vocabulary tokens dropped, ``sentence_end`` after each
+        newline and at ``file_end``. ``out``: an int32 buffer of len(block) + 1 at least, else one is made; the
+        result is a view of it."""
+        if out is None or len(out) < len(block) + 1 or out.dtype != np.int32:
+            out = np.empty(len(block) + 1, np.int32)
+        m = self.lib.hvd_w2v_encode_local(self.handle, _text(block), len(block), max(threads, 1), out.ctypes.data,
+                                          int(file_end), sentence_end)
+        return out[:m]
 
     def __del__(self):
         if getattr(self, "handle", None):

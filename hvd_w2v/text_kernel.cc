@@ -37,34 +37,35 @@ constexpr uint8_t SIGMA[12][16] = {
 
 inline uint64_t rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
 
-inline void g(uint64_t* v, int a, int b, int c, int d, uint64_t x, uint64_t y) {
-  v[a] += v[b] + x;
-  v[d] = rotr(v[d] ^ v[a], 32);
-  v[c] += v[d];
-  v[b] = rotr(v[b] ^ v[c], 24);
-  v[a] += v[b] + y;
-  v[d] = rotr(v[d] ^ v[a], 16);
-  v[c] += v[d];
-  v[b] = rotr(v[b] ^ v[c], 63);
-}
-
 void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
-  uint64_t m[16], v[16];
+  uint64_t m[16];
   std::memcpy(m, block, 128);  // little-endian words (x86, the machines this builds for)
-  for (int i = 0; i < 8; ++i) v[i] = h[i], v[i + 8] = IV[i];
-  v[12] ^= t;
-  if (last) v[14] = ~v[14];
-  for (const auto& s : SIGMA) {
-    g(v, 0, 4, 8, 12, m[s[0]], m[s[1]]);
-    g(v, 1, 5, 9, 13, m[s[2]], m[s[3]]);
-    g(v, 2, 6, 10, 14, m[s[4]], m[s[5]]);
-    g(v, 3, 7, 11, 15, m[s[6]], m[s[7]]);
-    g(v, 0, 5, 10, 15, m[s[8]], m[s[9]]);
-    g(v, 1, 6, 11, 12, m[s[10]], m[s[11]]);
-    g(v, 2, 7, 8, 13, m[s[12]], m[s[13]]);
-    g(v, 3, 4, 9, 14, m[s[14]], m[s[15]]);
+  uint64_t v0 = h[0], v1 = h[1], v2 = h[2], v3 = h[3], v4 = h[4], v5 = h[5], v6 = h[6], v7 = h[7];
+  uint64_t v8 = IV[0], v9 = IV[1], v10 = IV[2], v11 = IV[3], v12 = IV[4] ^ t, v13 = IV[5];
+  uint64_t v14 = last ? ~IV[6] : IV[6], v15 = IV[7];
+#define HVD_G(a, b, c, d, x, y)  \
+  a += b + (x);                  \
+  d = rotr(d ^ a, 32);           \
+  c += d;                        \
+  b = rotr(b ^ c, 24);           \
+  a += b + (y);                  \
+  d = rotr(d ^ a, 16);           \
+  c += d;                        \
+  b = rotr(b ^ c, 63);
+  for (int r = 0; r < 12; ++r) {
+    const uint8_t* s = SIGMA[r];
+    HVD_G(v0, v4, v8, v12, m[s[0]], m[s[1]]);
+    HVD_G(v1, v5, v9, v13, m[s[2]], m[s[3]]);
+    HVD_G(v2, v6, v10, v14, m[s[4]], m[s[5]]);
+    HVD_G(v3, v7, v11, v15, m[s[6]], m[s[7]]);
+    HVD_G(v0, v5, v10, v15, m[s[8]], m[s[9]]);
+    HVD_G(v1, v6, v11, v12, m[s[10]], m[s[11]]);
+    HVD_G(v2, v7, v8, v13, m[s[12]], m[s[13]]);
+    HVD_G(v3, v4, v9, v14, m[s[14]], m[s[15]]);
   }
-  for (int i = 0; i < 8; ++i) h[i] ^= v[i] ^ v[i + 8];
+#undef HVD_G
+  h[0] ^= v0 ^ v8, h[1] ^= v1 ^ v9, h[2] ^= v2 ^ v10, h[3] ^= v3 ^ v11;
+  h[4] ^= v4 ^ v12, h[5] ^= v5 ^ v13, h[6] ^= v6 ^ v14, h[7] ^= v7 ^ v15;
 }
 
 // hashlib.blake2b(word, digest_size=8), read as a little-endian integer.
@@ -221,6 +222,14 @@ class Table {
           (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
         return slot.value;
     }
+  }
+
+  // Calls ``each(slot)`` for every word, in the order of the slots (a pass over memory, where the order of
+  // first sight would jump about).
+  template <class Each>
+  void for_each(Each each) const {
+    for (const Slot& slot : slots_)
+      if (slot.length) each(slot);
   }
 
   // Word number k: its slot, and its bytes.
@@ -490,9 +499,9 @@ int64_t hvd_w2v_counts_merge(void* counts, int64_t* bytes) {
   return hvd_w2v_counts_size(counts);
 }
 
-// The words ordered by hash owner among ``ranks`` (table by table, in order of first sight within an owner):
-// their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to each rank (``per_dest``
-// int64[ranks]). Then empties the counts, keeping their memory when ``keep`` (a round follows), else
+// The words ordered by hash owner among ``ranks`` (in no other order): their bytes end to end, lengths, counts,
+// hashes (vocab.hash64) and how many go to each rank (``per_dest`` int64[ranks]); ``hashes`` null: all to
+// rank 0, unhashed (one rank: its words below min_count need none). Then empties the counts, keeping their memory when ``keep`` (a round follows), else
 // returning it.
 void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
                            int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep) {
@@ -500,17 +509,20 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
   std::vector<const Table::Slot*> slot;
   std::vector<const Table*> of;
   for (const Table& t : tables)
-    for (int64_t k = 0; k < t.size(); ++k) {
-      slot.push_back(&t.slot(k));
+    t.for_each([&](const Table::Slot& s) {
+      slot.push_back(&s);
       of.push_back(&t);
-    }
+    });
   const int64_t n = slot.size();
-  std::vector<uint64_t> h(n);
+  std::vector<uint64_t> h(hashes ? n : 0);
+  if (hashes) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
-  for (int64_t i = 0; i < n; ++i) h[i] = hash64(of[i]->word(*slot[i]), slot[i]->length);
+    for (int64_t i = 0; i < n; ++i) h[i] = hash64(of[i]->word(*slot[i]), slot[i]->length);
+  }
+  auto owner = [&](int64_t i) { return hashes ? hash_owner(h[i], ranks) : 0; };
   std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = hash_owner(h[i], ranks);
+    const int64_t r = owner(i);
     ++start[r + 1];
     byte_start[r + 1] += slot[i]->length;
   }
@@ -520,14 +532,23 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
     byte_start[r + 1] += byte_start[r];
   }
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = hash_owner(h[i], ranks), k = start[r]++;
+    const int64_t r = owner(i), k = start[r]++;
     lengths[k] = slot[i]->length;
     values[k] = slot[i]->value;
-    hashes[k] = h[i];
+    if (hashes) hashes[k] = h[i];
     std::memcpy(words + byte_start[r], of[i]->word(*slot[i]), slot[i]->length);
     byte_start[r] += slot[i]->length;
   }
   for (Table& t : tables) keep ? t.clear() : t.release();
+}
+
+// out[i] = vocab.hash64 of word i of n (``lengths`` bytes each, end to end in ``words``), on ``threads``.
+void hvd_w2v_hash_words(const unsigned char* words, const int64_t* lengths, int64_t n, uint64_t* out,
+                        int64_t threads) {
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+  for (int64_t i = 0; i < n; ++i) out[i] = hash64(words + start[i], lengths[i]);
 }
 
 // -- ids ------------------------------------------------------------------------------------------------------
@@ -614,7 +635,7 @@ int64_t hvd_w2v_scan_text(void* scan_, const unsigned char* text, int64_t n, int
 }
 
 // The block's distinct words (hvd_w2v_scan_text first) ordered by hash owner among ``ranks`` (all to rank 0
-// on one rank, without hashing), by number within an owner: their bytes end to end, lengths, numbers
+// on one rank, without hashing), in no other order: their bytes end to end, lengths, numbers
 // (``order``) and how many go to each rank (``per_dest``).
 void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
                         int64_t* order, int64_t* per_dest) {
@@ -622,11 +643,14 @@ void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned ch
   const int64_t n = scan.base.back();
   std::vector<const Table::Slot*> entry(n);
   std::vector<const Table*> of(n);
+  std::vector<int64_t> number(n);
+  int64_t i = 0;
   for (size_t t = 0; t < scan.tables.size(); ++t)
-    for (int64_t i = 0; i < scan.tables[t].size(); ++i) {
-      entry[scan.base[t] + i] = &scan.tables[t].slot(i);
-      of[scan.base[t] + i] = &scan.tables[t];
-    }
+    scan.tables[t].for_each([&](const Table::Slot& slot) {
+      entry[i] = &slot;
+      of[i] = &scan.tables[t];
+      number[i++] = scan.base[t] + slot.number;
+    });
   std::vector<int64_t> owner(n, 0);
   if (ranks > 1) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
@@ -645,7 +669,7 @@ void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned ch
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = owner[i], k = start[r]++;
     lengths[k] = entry[i]->length;
-    order[k] = i;
+    order[k] = number[i];
     std::memcpy(words + byte_start[r], of[i]->word(*entry[i]), entry[i]->length);
     byte_start[r] += entry[i]->length;
   }
@@ -672,6 +696,49 @@ int64_t hvd_w2v_scan_ids(void* scan_, const int64_t* ids, const int64_t* order, 
   }
   if (file_end) out[w++] = sentence_end;
   return w;
+}
+
+// Words numbered which[0:m] of those laid end to end in ``words`` by ``lengths`` (n of them), in that order,
+// into out_words and out_lengths.
+void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, int64_t n, const int64_t* which,
+                          int64_t m, unsigned char* out_words, int64_t* out_lengths) {
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  for (int64_t k = 0; k < m; ++k) {
+    const int64_t i = which[k];
+    std::memcpy(out_words, words + start[i], lengths[i]);
+    out_words += lengths[i];
+    out_lengths[k] = lengths[i];
+  }
+}
+
+// One rank's encoding of a block in one call, where the rank owns every word: each token's id looked up in
+// ``lookup`` as the token is found (its slot asked for ahead), -1 dropped, ``sentence_end`` for each newline
+// and once more at ``file_end``; on ``threads`` threads, each a part. Writes into out (int32, n + 1 at least);
+// returns how many.
+int64_t hvd_w2v_encode_local(void* lookup, const unsigned char* text, int64_t n, int64_t threads, int32_t* out,
+                             int64_t file_end, int32_t sentence_end) {
+  const Table& table = *static_cast<Table*>(lookup);
+  threads = std::max<int64_t>(threads, 1);
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  std::vector<int64_t> written(threads, 0);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    int32_t* o = out + at[t];
+    int64_t k = 0;
+    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h) {
+      const int64_t id = table.find(text + start, length, h, -1);
+      if (id >= 0) o[k++] = static_cast<int32_t>(id);
+    }, [&] { o[k++] = sentence_end; });
+    written[t] = k;
+  }
+  int64_t m = written[0];
+  for (int64_t t = 1; t < threads; ++t) {
+    std::memmove(out + m, out + at[t], written[t] * sizeof(int32_t));
+    m += written[t];
+  }
+  if (file_end) out[m++] = sentence_end;
+  return m;
 }
 
 }  // extern "C"

@@ -134,14 +134,34 @@ class CountRuns:
 class Vocab:
     """What one rank knows of the vocabulary. ``size`` words, ids ``0..size-1`` in frequency order."""
 
-    def __init__(self, runs, raw_words, lookup, row_words, row_counts):
+    def __init__(self, runs, raw_words, lookup, row_words, row_counts, owned=None):
         self.runs = runs  # CountRuns: every id's count, keep-probability and noise weight
         self.size = runs.size  # V: words kept
         self.total = runs.total  # occurrences of kept words in the corpus
         self.raw_words = raw_words  # all tokens of the corpus, kept or not (gensim's "raw words")
-        self.lookup = lookup  # {word bytes: id} for the words this rank hash-owns
+        self._lookup = lookup  # {word bytes: id} for the words this rank hash-owns, or None: made from ``owned``
+        # (words uint8 end to end, lengths int64, ids int64) of the same words, or None: made from ``lookup``
+        self.owned = owned
         self.row_words = row_words  # [bytes]: words of the rows this rank owns, in local row order
         self.row_counts = row_counts  # int64[]: their corpus counts
+
+    @property
+    def lookup(self):
+        """{word bytes: id} for the words this rank hash-owns: made on first use from ``owned`` (training never
+        asks for it; the compiled encoding reads ``owned``), then kept."""
+        if self._lookup is None:
+            words, lengths, ids = self.owned
+            self._lookup = dict(zip(split_words(words, lengths), ids.tolist()))
+        return self._lookup
+
+    def owned_words(self):
+        """(words uint8 end to end, lengths int64, ids int64) of the words this rank hash-owns."""
+        if self.owned is None:
+            words = list(self._lookup)
+            self.owned = (np.frombuffer(b"".join(words), np.uint8),
+                          np.fromiter(map(len, words), np.int64, count=len(words)),
+                          np.fromiter(self._lookup.values(), np.int64, count=len(words)))
+        return self.owned
 
     def keep(self, ids):
         """float32 probability that an occurrence of each of ``ids`` survives subsampling."""
@@ -153,12 +173,12 @@ class Vocab:
 
 
 class Counted:
-    """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words and their
-    hashes only for those kept, so that no Python object is made for a word below min_count."""
+    """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words, laid end
+    to end, only for those kept (:meth:`kept`), so that no Python object is made for a word below min_count."""
 
-    def __init__(self, counts, words=None, blob=None, lengths=None, hashes=None):
+    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None):
         self.counts = counts
-        self._words, self._blob, self._lengths, self._hashes = words, blob, lengths, hashes
+        self._words, self._blob, self._lengths, self.lib = words, blob, lengths, lib
 
     @classmethod
     def of(cls, owned):
@@ -168,19 +188,40 @@ class Counted:
     def __len__(self):
         return len(self.counts)
 
-    def words(self, keep):
-        """The words (bytes) where the bool array ``keep`` is True, in order."""
+    def kept(self, keep):
+        """(words uint8 end to end, lengths int64) where the bool array ``keep`` is True, in order."""
         if self._words is not None:
-            return [w for w, k in zip(self._words, keep.tolist()) if k]
-        ends = np.cumsum(self._lengths)
-        data = self._blob.tobytes()
-        return [data[e - n:e] for e, n in zip(ends[keep].tolist(), self._lengths[keep].tolist())]
+            words = [w for w, k in zip(self._words, keep.tolist()) if k]
+            return (np.frombuffer(b"".join(words), np.uint8),
+                    np.fromiter(map(len, words), np.int64, count=len(words)))
+        return gather_words(self._blob, self._lengths, np.flatnonzero(keep))
 
-    def hashes(self, keep):
-        """uint64 hash64 of the words where ``keep`` is True."""
-        if self._hashes is not None:
-            return self._hashes[keep]
-        return np.fromiter((hash64(w) for w in self.words(keep)), dtype=np.uint64, count=int(keep.sum()))
+    def hashes(self, words, lengths, threads=1):
+        """uint64 hash64 of the words laid out in ``words`` by ``lengths``."""
+        if self.lib is not None:
+            return native.hash_words(self.lib, words, lengths, threads)
+        return np.fromiter((hash64(w) for w in split_words(words, lengths)), dtype=np.uint64, count=len(lengths))
+
+
+def split_words(words, lengths):
+    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64)."""
+    data = words.tobytes()
+    ends = np.cumsum(lengths).tolist()
+    return [data[e - n:e] for e, n in zip(ends, lengths.tolist())]
+
+
+def gather_words(words, lengths, which):
+    """(words, lengths) of the words numbered ``which`` (int64) among those laid end to end in ``words`` by
+    ``lengths``, in that order: compiled where text_kernel.cc is built, else one numpy gather; no Python
+    object per word either way."""
+    lib = native.text_kernel()
+    if lib is not None:
+        return native.gather_words(lib, words, lengths, which)
+    starts = np.cumsum(lengths) - lengths
+    picked = lengths[which]
+    into = np.cumsum(picked) - picked  # where each starts in the result
+    index = np.arange(int(picked.sum()), dtype=np.int64) + np.repeat(starts[which] - into, picked)
+    return words[index], picked
 
 
 def count(comm, pieces, error=None, reading=None, threads=1):
@@ -256,8 +297,8 @@ def _count_compiled(comm, lib, pieces, error, reading, threads):
         if comm.size == 1 or all(d for d, _ in states):
             break
     del local
-    words, lengths, counts, hashes, _ = owned.take(1, keep=False)
-    return Counted(counts, blob=words, lengths=lengths, hashes=hashes), raw
+    words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
+    return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
 
 
 def _flush(comm, local, owned):
@@ -322,29 +363,28 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True):
     keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
         keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
-    counts, words, hashes = tally.counts[keep], tally.words(keep), tally.hashes(keep)
+    counts, (words, lengths) = tally.counts[keep], tally.kept(keep)
+    hashes = tally.hashes(words, lengths, comm.threads)
     del tally, keep
-    size = comm.allreduce(len(words))
+    size = comm.allreduce(len(lengths))
     if size < comm.size:
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
-    lookup = dict(zip(words, my_ids.tolist()))
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
     owner = plan.owner(my_ids)
     order = np.argsort(owner, kind="stable")
     per_dest = np.bincount(owner, minlength=comm.size)
-    row_words = exchange_words(comm, [words[i] for i in order.tolist()], per_dest)
+    row_words, row_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
     row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
-    local_rows = plan.local_row(row_ids)
-    words_by_row = [b""] * plan.rows(comm.rank)
-    for w, r in zip(row_words, local_rows.tolist()):
-        words_by_row[r] = w
+    # Each of this rank's rows receives one word: the words in local row order.
+    words_by_row = split_words(*gather_words(row_words, row_lengths, np.argsort(plan.local_row(row_ids))))
+    assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
-    return Vocab(runs, raw_words, lookup, words_by_row, runs.count(plan.ids(comm.rank)))
+    return Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
 
 
 def agree_ids(comm, counts, hashes, sample):
@@ -412,9 +452,7 @@ def exchange_words(comm, words, per_dest):
     lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
     blob = np.frombuffer(b"".join(words), dtype=np.uint8)
     got_blob, got_lengths = exchange_bytes(comm, blob, lengths, per_dest)
-    data = got_blob.tobytes()
-    ends = np.cumsum(got_lengths).tolist()
-    return [data[e - n:e] for e, n in zip(ends, got_lengths.tolist())]
+    return split_words(got_blob, got_lengths)
 
 
 def exchange_bytes(comm, words, lengths, per_dest):
