@@ -143,14 +143,15 @@ def split(paths, parts):
     return out
 
 
-def read_blocks(pieces, block_bytes=BLOCK_BYTES, reading=None, threads=1):
+def read_blocks(pieces, block_bytes=None, reading=None, threads=1):
     """Yield ``(text, file_end)`` blocks of whole tokens; ``file_end`` is True when a file ends the block.
     ``reading`` (a progress.Reading, or None) is told after each block how far into its file the reading is.
 
+    ``block_bytes``: the text read at a time (default BLOCK_BYTES, looked up at each call: tests make it small).
     Raises UserError for binary (NUL bytes) or non-UTF-8 input, naming the file and byte offset: checked in
     text_kernel.cc on ``threads`` threads where it is built, else by Python's decoder (the same message).
     """
-    check = _checker(threads)
+    check, block_bytes = _checker(threads), block_bytes or BLOCK_BYTES
     for piece in pieces:
         opener = gzip.open if piece.gzipped else open
         try:
