@@ -43,7 +43,7 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         error = f"cannot write {path}.tmp on {where}: {e.strerror}"
     comm.agree(error)  # mpi4py: every rank's outcome; all leave here together on failure
     pieces = corpus.split(paths, comm.size)[comm.rank]
-    shown = progress.Reading("encode", pieces, log) if reading and comm.rank == 0 else None
+    shown = progress.Reading("encode", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
     lib = native.text_kernel()
     if lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
         blocks = corpus.read_ahead(corpus.read_blocks(pieces, reading=shown, threads=comm.threads))

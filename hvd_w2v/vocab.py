@@ -353,7 +353,7 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True):
     cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
-    shown = progress.Reading("vocab", pieces, log) if reading and comm.rank == 0 else None
+    shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
     tally, raw = count(comm, pieces, reading=shown, threads=comm.threads)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
