@@ -289,16 +289,21 @@ def _count_compiled(comm, lib, pieces, error, reading, threads):
         if errors:
             raise UserError(errors[0])
         if comm.size > 1:
-            words, lengths, counts, _, per_dest = local.take(comm.size)
-            got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
-            del words
-            got_counts, _ = comm.alltoallv(counts, per_dest)
-            owned.add_words(got_words, got_lengths, got_counts)
+            _flush_compiled(comm, local, owned)
         if comm.size == 1 or all(d for d, _ in states):
             break
     del local
     words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
     return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
+
+
+def _flush_compiled(comm, local, owned):
+    """_flush with native.Counts: the words travel laid end to end (collective: one round)."""
+    words, lengths, counts, _, per_dest = local.take(comm.size)
+    got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
+    del words
+    got_counts, _ = comm.alltoallv(counts, per_dest)
+    owned.add_words(got_words, got_lengths, got_counts)
 
 
 def _flush(comm, local, owned):
