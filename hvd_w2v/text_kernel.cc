@@ -140,19 +140,35 @@ inline uint64_t inline_word(const unsigned char* p, uint64_t n) {
   return x;
 }
 
+// The same where 8 bytes from ``p`` may be read (before ``end``): one load and a mask, no copy of n bytes.
+inline uint64_t inline_word(const unsigned char* p, uint64_t n, const unsigned char* end) {
+  if (n > 8) return 0;
+  if (p + 8 > end) return inline_word(p, n);
+  uint64_t x;
+  std::memcpy(&x, p, 8);
+  return n == 8 ? x : x & ((1ULL << (8 * n)) - 1);
+}
+
 // A quick hash for the tables (BLAKE2b only where an owner must be found).
-inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
+// ``x``: inline_word of the word when it has at most 8 bytes.
+inline uint64_t quick_hash(const unsigned char* p, uint64_t n, uint64_t x) {
   uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
-  for (; n > 8; p += 8, n -= 8) {
-    uint64_t x;
-    std::memcpy(&x, p, 8);
-    h = (h ^ x) * 0xFF51AFD7ED558CCDULL;
-    h ^= h >> 32;
+  if (n > 8) {
+    for (; n > 8; p += 8, n -= 8) {
+      uint64_t y;
+      std::memcpy(&y, p, 8);
+      h = (h ^ y) * 0xFF51AFD7ED558CCDULL;
+      h ^= h >> 32;
+    }
+    x = inline_word(p, n);
   }
-  h = (h ^ inline_word(p, n)) * 0xC4CEB9FE1A85EC53ULL;
+  h = (h ^ x) * 0xC4CEB9FE1A85EC53ULL;
   h ^= h >> 29;
   h *= 0xFF51AFD7ED558CCDULL;
   return h ^ (h >> 32);
+}
+inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
+  return quick_hash(p, n, n <= 8 ? inline_word(p, n) : 0);
 }
 
 // Words (bytes) -> int64 values, by open addressing (linear probing) over a power-of-two array of slots,
@@ -181,13 +197,16 @@ class Table {
 
   // The value of ``word`` (hash ``h``), added as ``init`` when new.
   int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, int64_t init = 0) {
-    const uint64_t x = n <= 8 ? inline_word(word, n) : 0;
+    return at(word, n, h, n <= 8 ? inline_word(word, n) : 0, init);
+  }
+  // The same with ``x`` = inline_word(word) (0 for a longer word).
+  int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t init) {
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& slot = slots_[i];
       if (!slot.length) {
         if (3 * (where_.size() + 1) > 2 * slots_.size()) {
           grow();
-          return at(word, n, h, init);
+          return at(word, n, h, x, init);
         }
         slot.hash = h;
         slot.length = n;
@@ -214,7 +233,9 @@ class Table {
 
   // The value of ``word`` (hash ``h``), or ``missing``.
   int64_t find(const unsigned char* word, uint32_t n, uint64_t h, int64_t missing) const {
-    const uint64_t x = n <= 8 ? inline_word(word, n) : 0;
+    return find(word, n, h, n <= 8 ? inline_word(word, n) : 0, missing);
+  }
+  int64_t find(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t missing) const {
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& slot = slots_[i];
       if (!slot.length) return missing;
@@ -288,16 +309,18 @@ int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo
   constexpr int BATCH = 16;
   int64_t start[BATCH];  // a token's start, or -1: a newline
   uint32_t length[BATCH];
-  uint64_t hash[BATCH];
+  uint64_t hash[BATCH], word[BATCH];
   int k = 0;
   auto flush = [&] {
-    for (int j = 0; j < k; ++j) start[j] < 0 ? newline() : each(start[j], length[j], hash[j]);
+    for (int j = 0; j < k; ++j) start[j] < 0 ? newline() : each(start[j], length[j], hash[j], word[j]);
     k = 0;
   };
+  const unsigned char* end = text + hi;
   int64_t count = tokens(text, lo, hi, [&](int64_t at, int64_t n) {
     start[k] = at;
     length[k] = static_cast<uint32_t>(n);
-    hash[k] = quick_hash(text + at, n);
+    word[k] = inline_word(text + at, n, end);
+    hash[k] = quick_hash(text + at, n, word[k]);
     table.prefetch(hash[k]);
     if (++k == BATCH) flush();
   }, [&] {
@@ -435,8 +458,8 @@ int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t
   const int64_t parts = c.tables.size();
   if (parts == 1) {
     Table& table = c.tables[0];
-    return batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h) {
-      ++table.at(text + at, length, h);
+    return batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
+      ++table.at(text + at, length, h, x, 0);
     }, [] {});
   }
   int64_t total = 0;
@@ -611,8 +634,8 @@ int64_t hvd_w2v_scan_text(void* scan_, const unsigned char* text, int64_t n, int
     Table& table = scan.tables[t];
     int32_t* o = out + at[t];  // a part's tokens and newlines are fewer than its bytes
     int64_t k = 0;
-    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h) {
-      int64_t& number = table.at(text + start, length, h, -1);
+    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+      int64_t& number = table.at(text + start, length, h, x, -1);
       if (number < 0) number = table.size() - 1;
       o[k++] = static_cast<int32_t>(number);
     }, [&] { o[k++] = -1; });
@@ -726,8 +749,8 @@ int64_t hvd_w2v_encode_local(void* lookup, const unsigned char* text, int64_t n,
   for (int64_t t = 0; t < threads; ++t) {
     int32_t* o = out + at[t];
     int64_t k = 0;
-    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h) {
-      const int64_t id = table.find(text + start, length, h, -1);
+    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+      const int64_t id = table.find(text + start, length, h, x, -1);
       if (id >= 0) o[k++] = static_cast<int32_t>(id);
     }, [&] { o[k++] = sentence_end; });
     written[t] = k;
