@@ -130,7 +130,8 @@ def table(corpus, runs, python_runs, min_count, w2v):
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
     for m in med.values():
         m["both"] = m["count"] + m["encode"]
-    print(f"\n{corpus}: {size / MB:,.0f} MB; medians of {runs} runs ({python_runs} for Python's)")
+    print(f"\n{corpus}: {size / MB:,.0f} MB, {med['compiled, 1 thread']['words']:,.0f} words kept; medians of "
+          f"{runs} runs ({python_runs} for Python's)")
     print("| passes | count s | encode s | both s | MB/s | CPU s | peak MiB |")
     print("|---|---|---|---|---|---|---|")
     for name, m in med.items():
