@@ -4,7 +4,9 @@ The token stream of the corpus does not depend on how it is split: a token belon
 its first byte, and each newline byte (and each file end without one) is one sentence end, wherever the cuts
 fall. Tokens are runs of non-whitespace bytes (ASCII whitespace, as word2vec.c); text must be UTF-8.
 Plain files are split anywhere; a gzip file cannot be sought, so it goes whole to the range holding its
-first byte.
+first byte: a corpus of several .gz files is read by several ranks at once, one of a single .gz file by one.
+The compiled passes read each block ahead on a thread of their own (:func:`read_ahead`), which also inflates
+a .gz file's text, so that reading overlaps their work.
 """
 import gzip
 import os

@@ -46,7 +46,7 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
     shown = progress.Reading("encode", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
     lib = native.text_kernel()
     if lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
-        blocks = corpus.read_ahead(corpus.read_blocks(pieces, reading=shown, threads=comm.threads))
+        blocks = corpus.read_ahead(corpus.read_blocks(pieces, reading=shown))  # checked beside the work, 1 thread
         part = CompiledPart(comm, lib, vocab)
     else:
         blocks = corpus.read_blocks(pieces, reading=shown)

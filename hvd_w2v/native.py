@@ -328,7 +328,7 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_counts_new": ([I64], P), "hvd_w2v_counts_free": ([P], None),
                   "hvd_w2v_counts_add_text": ([P, P, I64], I64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64], None),
-                  "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_merge": ([P, P], I64),
+                  "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
                   "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
@@ -431,7 +431,7 @@ class Counts:
         hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``).
         Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner)."""
         size = ctypes.c_int64()
-        n = self.lib.hvd_w2v_counts_merge(self.handle, ctypes.byref(size))
+        n = self.lib.hvd_w2v_counts_sizes(self.handle, ctypes.byref(size))
         words, lengths = np.empty(size.value, np.uint8), np.empty(n, np.int64)
         counts, hashes, per_dest = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(ranks, np.int64)
         self.lib.hvd_w2v_counts_export(self.handle, ranks, self.threads, words.ctypes.data, lengths.ctypes.data,

@@ -8,10 +8,12 @@
 //   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
 //     that a round exports ordered by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest).
 //   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
-//   Scan (hvd_w2v_scan_*): one block of the encoding: its tokens as numbers of its distinct words and its
-//     newlines, the distinct words ordered by hash owner (to ask their ids), then the block's ids.
-// Threads split a block at whitespace bytes (a token belongs to the part that holds its first byte); each
-// works on its own table, so no counts or numbers depend on the thread count once merged or renumbered.
+//   Scan (hvd_w2v_scan_*): one block of the encoding on several ranks: its tokens as numbers of its distinct
+//     words and its newlines, the distinct words ordered by hash owner (to ask their ids), then the block's
+//     ids. On one rank, hvd_w2v_encode_local looks each token up as it finds it.
+// Threads split a block at whitespace bytes (a token belongs to the part that holds its first byte); no
+// table is written by two threads (a count's tables are split by hash, a scan's numbers renumbered after), so
+// no count, id or error offset depends on the thread count.
 // Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
 #include <omp.h>
 
@@ -515,8 +517,8 @@ int64_t hvd_w2v_counts_size(void* counts) {
   return n;
 }
 
-// The distinct words held, and their bytes in *bytes.
-int64_t hvd_w2v_counts_merge(void* counts, int64_t* bytes) {
+// The distinct words held, and their bytes in *bytes (the sizes of hvd_w2v_counts_export's arrays).
+int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
   *bytes = 0;
   for (const Table& t : static_cast<Counts*>(counts)->tables) *bytes += t.byte_size();
   return hvd_w2v_counts_size(counts);
@@ -524,8 +526,8 @@ int64_t hvd_w2v_counts_merge(void* counts, int64_t* bytes) {
 
 // The words ordered by hash owner among ``ranks`` (in no other order): their bytes end to end, lengths, counts,
 // hashes (vocab.hash64) and how many go to each rank (``per_dest`` int64[ranks]); ``hashes`` null: all to
-// rank 0, unhashed (one rank: its words below min_count need none). Then empties the counts, keeping their memory when ``keep`` (a round follows), else
-// returning it.
+// rank 0, unhashed (one rank: its words below min_count need none). Then empties the counts, keeping their
+// memory when ``keep`` (a round follows), else returning it.
 void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
                            int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep) {
   auto& tables = static_cast<Counts*>(counts)->tables;

@@ -19,6 +19,11 @@ Memory per rank (8-byte words):
   it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, about 85 B each, briefly up to
   half more while the dict's table doubles. The reader holds one corpus.BLOCK_BYTES block and one chunk's
   tokens. On one rank there are no rounds: its partial Counter is the owner's.
+  The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
+  three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
+  bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. The
+  owner's counts take 48 to 96 B a distinct token (144 B while doubling). The reader holds two blocks (one
+  read ahead).
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
@@ -272,7 +277,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads):
     owned = local if comm.size == 1 else native.Counts(lib, 1)
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
     chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
-    parts = iter(()) if error else _parts(pieces, chunk, reading, threads)
+    parts = iter(()) if error else _parts(pieces, chunk, reading)
     raw, done = 0, error is not None
     while True:
         while not done and len(local) <= bound:
@@ -339,10 +344,12 @@ def _chunks(pieces, chunk_bytes=None, reading=None):
             start = end
 
 
-def _parts(pieces, chunk_bytes, reading, threads):
-    """``(block, start, end)`` of the text of ``pieces``: corpus blocks (checked on ``threads`` threads), cut at
-    whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
-    for block, _ in corpus.read_ahead(corpus.read_blocks(pieces, reading=reading, threads=threads)):
+def _parts(pieces, chunk_bytes, reading):
+    """``(block, start, end)`` of the text of ``pieces``: corpus blocks, read and checked ahead
+    (corpus.read_ahead), cut at whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
+    # The reader's thread checks each block (1 thread: a small share of the work) while the rank's threads
+    # count the one before, rather than two teams of threads at once on the rank's cores.
+    for block, _ in corpus.read_ahead(corpus.read_blocks(pieces, reading=reading)):
         start = 0
         while start < len(block):
             cut = (_WHITESPACE.search(block, start + chunk_bytes)
