@@ -19,7 +19,6 @@ words rare, the hardest case for the partial counts) and reused.
 """
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
