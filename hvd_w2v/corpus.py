@@ -4,12 +4,17 @@ The token stream of the corpus does not depend on how it is split: a token belon
 its first byte, and each newline byte (and each file end without one) is one sentence end, wherever the cuts
 fall. Tokens are runs of non-whitespace bytes (ASCII whitespace, as word2vec.c); text must be UTF-8.
 Plain files are split anywhere; a gzip file cannot be sought, so it goes whole to the range holding its
-first byte.
+first byte: a corpus of several .gz files is read by several ranks at once, one of a single .gz file by one.
+The compiled passes read each block ahead on a thread of their own (:func:`read_ahead`), which also inflates
+a .gz file's text, so that reading overlaps their work.
 """
 import gzip
 import os
+import queue
+import threading
 from dataclasses import dataclass
 
+from . import native
 from .errors import UserError
 
 WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -140,18 +145,21 @@ def split(paths, parts):
     return out
 
 
-def read_blocks(pieces, block_bytes=BLOCK_BYTES, reading=None):
+def read_blocks(pieces, block_bytes=None, reading=None, threads=1):
     """Yield ``(text, file_end)`` blocks of whole tokens; ``file_end`` is True when a file ends the block.
     ``reading`` (a progress.Reading, or None) is told after each block how far into its file the reading is.
 
-    Raises UserError for binary (NUL bytes) or non-UTF-8 input, naming the file and byte offset.
+    ``block_bytes``: the text read at a time (default BLOCK_BYTES, looked up at each call: tests make it small).
+    Raises UserError for binary (NUL bytes) or non-UTF-8 input, naming the file and byte offset: checked in
+    text_kernel.cc on ``threads`` threads where it is built, else by Python's decoder (the same message).
     """
+    check, block_bytes = _checker(threads), block_bytes or BLOCK_BYTES
     for piece in pieces:
         opener = gzip.open if piece.gzipped else open
         try:
             with opener(piece.path, "rb") as f:
                 raw = f.fileobj if piece.gzipped else f  # the compressed file, whose bytes Reading counts
-                for block in _blocks(f, piece, block_bytes):
+                for block in _blocks(f, piece, block_bytes, check):
                     yield block
                     if reading is not None:
                         reading.at(piece, raw.tell())
@@ -159,7 +167,7 @@ def read_blocks(pieces, block_bytes=BLOCK_BYTES, reading=None):
             raise UserError(f"cannot read {piece.path}: {e}") from None
 
 
-def _blocks(f, piece, block_bytes):
+def _blocks(f, piece, block_bytes, check=None):
     pos = piece.start
     if pos > 0:
         f.seek(pos - 1)
@@ -173,7 +181,7 @@ def _blocks(f, piece, block_bytes):
             break
         if block[-1] not in WHITESPACE:  # finish the token that straddles the cut
             block += _until_whitespace(f)
-        _check_text(block, piece.path, pos)
+        (check or _check_text)(block, piece.path, pos)
         pos += len(block)
         yield block, False
     if piece.end >= piece.size:  # the range that holds the file's end closes its last sentence, once
@@ -202,6 +210,63 @@ def _check_text(block, path, offset):
         block.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text (invalid byte at offset {offset + e.start})") from None
+
+
+def _checker(threads):
+    """corpus._check_text's test, compiled on ``threads`` threads where text_kernel.cc is built."""
+    lib = native.text_kernel()
+    if lib is None:
+        return _check_text
+
+    def check(block, path, offset):
+        kind, at = native.check_text(lib, block, threads)
+        if kind == 1:
+            raise UserError(f"{path} looks binary (NUL byte at offset {offset + at}); give plain UTF-8 text")
+        if kind == 2:
+            raise UserError(f"{path} is not UTF-8 text (invalid byte at offset {offset + at})")
+    return check
+
+
+def read_ahead(blocks):
+    """The items of the iterator ``blocks``, each read by a thread of its own while the one before is used:
+    the file's reading and a .gz file's inflating (both outside the GIL) overlap the caller's work on the
+    block before (the compiled passes, also outside the GIL). An exception is raised where its item would
+    have been. Holds one block more than ``blocks`` alone."""
+    ahead = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in blocks:
+                while not stop.is_set():
+                    try:
+                        ahead.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+                if stop.is_set():
+                    return
+            ahead.put((None, StopIteration()))
+        except BaseException as e:  # noqa: B036 - handed to the consumer, raised there
+            ahead.put((None, e))
+
+    reader = threading.Thread(target=produce, daemon=True, name="hvd-w2v read-ahead")
+    reader.start()
+    try:
+        while True:
+            item, error = ahead.get()
+            if isinstance(error, StopIteration):
+                return
+            if error is not None:
+                raise error
+            yield item
+    finally:
+        stop.set()
+        while reader.is_alive():
+            try:
+                ahead.get_nowait()
+            except queue.Empty:
+                reader.join(0.1)
 
 
 def sentences(block, file_end):

@@ -14,9 +14,9 @@ import socket
 
 import numpy as np
 
-from . import corpus, progress
+from . import corpus, native, progress
 from .errors import UserError
-from .vocab import by_hash_owner, exchange_words
+from .vocab import by_hash_owner, exchange_bytes, exchange_words
 from .wording import counted
 
 SENTENCE_END = -1
@@ -43,8 +43,14 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         error = f"cannot write {path}.tmp on {where}: {e.strerror}"
     comm.agree(error)  # mpi4py: every rank's outcome; all leave here together on failure
     pieces = corpus.split(paths, comm.size)[comm.rank]
-    shown = progress.Reading("encode", pieces, log) if reading and comm.rank == 0 else None
-    blocks = corpus.read_blocks(pieces, reading=shown)
+    shown = progress.Reading("encode", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
+    lib = native.text_kernel()
+    if lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
+        blocks = corpus.read_ahead(corpus.read_blocks(pieces, reading=shown))  # checked beside the work, 1 thread
+        part = CompiledPart(comm, lib, vocab)
+    else:
+        blocks = corpus.read_blocks(pieces, reading=shown)
+        part = python_part
     written = 0
     while True:
         block = None
@@ -57,9 +63,7 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         states = comm.allgather((block is not None, error))
         if any(e for _, e in states) or not any(b for b, _ in states):
             break
-        sents, closed = corpus.sentences(*block) if block else ([], [])
-        arr = _ids(sents, closed, lookup(comm, vocab, sents))
-        del sents
+        arr = part(comm, vocab, block)
         try:
             arr.tofile(f)
         except OSError as e:
@@ -103,6 +107,41 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         error = f"cannot read the encoded corpus under {outdir} on {where}: {e.strerror}"
     comm.agree(error)
     return stream
+
+
+def python_part(comm, vocab, block):
+    """The stream's part from ``block`` (a corpus.read_blocks block, or None on a rank out of text), in Python
+    (collective: one round of lookups)."""
+    sents, closed = corpus.sentences(*block) if block else ([], [])
+    return _ids(sents, closed, lookup(comm, vocab, sents))
+
+
+class CompiledPart:
+    """python_part in text_kernel.cc on the rank's threads, the same ids, from a compiled copy of the rank's
+    hash-owned words (vocab.owned_words: about 50 B a word and the bytes of those over 8 bytes). On one rank
+    each token is looked up as it is found. On more, the block's tokens are numbered by distinct word, those
+    words asked of their hash owners (laid end to end, no Python object per word) and the answers turned into
+    the block's ids. Memory: 4 B per byte of the block (its numbers, then its ids), and on more than one rank
+    the block's distinct words (about 50 B each, and their bytes, twice while asked)."""
+
+    def __init__(self, comm, lib, vocab):
+        self.lookup = native.WordIds(lib, *vocab.owned_words())
+        self.scan = native.Scan(lib, comm.threads) if comm.size > 1 else None
+        self.threads = comm.threads
+        self.out = None
+
+    def __call__(self, comm, vocab, block):
+        text, file_end = block or (b"", False)
+        if self.scan is None:
+            if self.out is None or len(self.out) < len(text) + 1:
+                self.out = np.empty(len(text) + 1, np.int32)
+            return self.lookup.encode(text, file_end, SENTENCE_END, self.threads, self.out)
+        self.scan.text(text)
+        words, lengths, order, per_dest = self.scan.words(comm.size)
+        asked, asked_lengths = exchange_bytes(comm, words, lengths, per_dest)
+        answers = self.lookup.ids(asked, asked_lengths, self.threads)
+        ids, _ = comm.alltoallv(answers, comm.alltoall_ints(per_dest))  # back to the askers, in their order
+        return self.scan.ids(ids, order, file_end, SENTENCE_END)
 
 
 def _ids(sents, closed, ids):

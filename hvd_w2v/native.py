@@ -367,3 +367,205 @@ def shard_touches(lib, table, ctx, tgt, bounds):
                                  bounds.ctypes.data, len(bounds) - 1, touches.ctypes.data):
         raise IndexError(f"shard rows must lie in [0, {table}) and the bounds increase within the centres")
     return touches
+
+
+# -- the text passes (text_kernel.cc) -----------------------------------------------------------------------
+
+TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
+                  "hvd_w2v_check_text": ([P, I64, I64, P], I64),
+                  "hvd_w2v_counts_new": ([I64], P), "hvd_w2v_counts_free": ([P], None),
+                  "hvd_w2v_counts_add_text": ([P, P, I64], I64),
+                  "hvd_w2v_counts_add_words": ([P, P, P, P, I64], None),
+                  "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
+                  "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64], None),
+                  "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
+                  "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
+                  "hvd_w2v_encode_local": ([P, P, I64, I64, P, I64, ctypes.c_int32], I64),
+                  "hvd_w2v_lookup_new": ([P, P, P, I64], P), "hvd_w2v_lookup_free": ([P], None),
+                  "hvd_w2v_lookup_ids": ([P, P, P, I64, P, I64], None),
+                  "hvd_w2v_scan_new": ([I64], P), "hvd_w2v_scan_free": ([P], None),
+                  "hvd_w2v_scan_text": ([P, P, I64, I64, P, P, P], I64),
+                  "hvd_w2v_scan_words": ([P, I64, I64, P, P, P, P], None),
+                  "hvd_w2v_scan_ids": ([P, P, P, P, I64, I64, ctypes.c_int32], I64)}
+
+
+def text_kernel():
+    """The library of text_kernel.cc, or None (the Python passes of vocab and encode then)."""
+    return _library("text_kernel", TEXT_FUNCTIONS, "the compiled text passes", fallback="Python's loops")
+
+
+def _text(block):
+    """A pointer to the bytes of ``block`` (bytes, read only: the kernel never writes text)."""
+    return ctypes.cast(ctypes.c_char_p(block), ctypes.c_void_p).value if block else None
+
+
+def _words(words, lengths):
+    """The data pointers of a word list laid out as the kernel takes it: uint8 bytes end to end, int64
+    lengths."""
+    words = np.ascontiguousarray(words, np.uint8)
+    lengths = np.ascontiguousarray(lengths, np.int64)
+    if int(lengths.sum()) != len(words) or (len(lengths) and lengths.min() < 0):
+        raise ValueError("the words' lengths must add up to their bytes")
+    return words, lengths
+
+
+def check_text(lib, block, threads=1):
+    """(0, None) when ``block`` (bytes) is text; (1, offset) of its first NUL byte; else (2, offset) of its first
+    byte that is not UTF-8, the offset Python's strict decoder reports. On ``threads`` threads."""
+    where = ctypes.c_int64(-1)
+    kind = lib.hvd_w2v_check_text(_text(block), len(block), max(threads, 1), ctypes.byref(where))
+    return kind, (where.value if kind else None)
+
+
+def hash64s(lib, words):
+    """vocab.hash64 of each of ``words`` (bytes), compiled (tests hold the two equal)."""
+    return [lib.hvd_w2v_hash64(_text(w), len(w)) for w in words]
+
+
+def hash_words(lib, words, lengths, threads=1):
+    """vocab.hash64 (uint64) of each word laid out in ``words`` (uint8) by ``lengths`` (int64), on ``threads``."""
+    words, lengths = _words(words, lengths)
+    out = np.empty(len(lengths), np.uint64)
+    lib.hvd_w2v_hash_words(words.ctypes.data, lengths.ctypes.data, len(lengths), out.ctypes.data, max(threads, 1))
+    return out
+
+
+def gather_words(lib, words, lengths, which):
+    """vocab.gather_words, compiled."""
+    words, lengths = _words(words, lengths)
+    which = np.ascontiguousarray(which, np.int64)
+    if len(which) and (which.min() < 0 or which.max() >= len(lengths)):
+        raise IndexError(f"word numbers must lie in [0, {len(lengths)})")
+    picked = lengths[which]
+    out = np.empty(int(picked.sum()), np.uint8)
+    lib.hvd_w2v_gather_words(words.ctypes.data, lengths.ctypes.data, len(lengths), which.ctypes.data, len(which),
+                             out.ctypes.data, picked.ctypes.data)
+    return out, picked
+
+
+class Counts:
+    """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count).
+    Memory: 32 B an entry + 16 to 32 B of slots + the word's bytes, per table holding the word."""
+
+    def __init__(self, lib, threads=1):
+        self.lib, self.threads = lib, max(threads, 1)
+        self.handle = lib.hvd_w2v_counts_new(self.threads)
+
+    def add_text(self, block, start=0, end=None):
+        """Count the tokens of ``block[start:end]`` (bytes of checked text, whole tokens at both ends); returns
+        how many."""
+        end = len(block) if end is None else end
+        if not 0 <= start <= end <= len(block):
+            raise ValueError(f"text range [{start}, {end}) outside the block's {len(block)} bytes")
+        if end == start:
+            return 0
+        return self.lib.hvd_w2v_counts_add_text(self.handle, _text(block) + start, end - start)
+
+    def add_words(self, words, lengths, counts):
+        """Add ``counts`` (int64) of the words laid out in ``words`` (uint8) by ``lengths`` (int64)."""
+        words, lengths = _words(words, lengths)
+        counts = np.ascontiguousarray(counts, np.int64)
+        if len(counts) != len(lengths):
+            raise ValueError("one count per word")
+        self.lib.hvd_w2v_counts_add_words(self.handle, words.ctypes.data, lengths.ctypes.data, counts.ctypes.data,
+                                          len(lengths))
+
+    def __len__(self):
+        """Distinct words summed over the threads' tables."""
+        return self.lib.hvd_w2v_counts_size(self.handle)
+
+    def take(self, ranks, keep=True, hashed=True):
+        """The counts ordered by hash owner among ``ranks``, as (words uint8, lengths int64, counts int64,
+        hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``).
+        Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner)."""
+        size = ctypes.c_int64()
+        n = self.lib.hvd_w2v_counts_sizes(self.handle, ctypes.byref(size))
+        words, lengths = np.empty(size.value, np.uint8), np.empty(n, np.int64)
+        counts, hashes, per_dest = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(ranks, np.int64)
+        self.lib.hvd_w2v_counts_export(self.handle, ranks, self.threads, words.ctypes.data, lengths.ctypes.data,
+                                       counts.ctypes.data, hashes.ctypes.data if hashed else None,
+                                       per_dest.ctypes.data, int(keep))
+        return words, lengths, counts, hashes, per_dest
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.hvd_w2v_counts_free(self.handle)
+            self.handle = None
+
+
+class WordIds:
+    """A hash owner's word -> id in a compiled table (encode's lookups)."""
+
+    def __init__(self, lib, words, lengths, ids):
+        words, lengths = _words(words, lengths)
+        ids = np.ascontiguousarray(ids, np.int64)
+        self.lib = lib
+        self.handle = lib.hvd_w2v_lookup_new(words.ctypes.data, lengths.ctypes.data, ids.ctypes.data, len(ids))
+
+    def ids(self, words, lengths, threads=1):
+        """int64 id of each word laid out in ``words`` by ``lengths``, -1 for a word it does not hold."""
+        words, lengths = _words(words, lengths)
+        out = np.empty(len(lengths), np.int64)
+        self.lib.hvd_w2v_lookup_ids(self.handle, words.ctypes.data, lengths.ctypes.data, len(lengths),
+                                    out.ctypes.data, max(threads, 1))
+        return out
+
+    def encode(self, block, file_end, sentence_end, threads=1, out=None):
+        """encode's part of the stream from ``block`` (bytes of whole tokens, checked text) where this table
+        holds every word (one rank): int32 ids, out-of-vocabulary tokens dropped, ``sentence_end`` after each
+        newline and at ``file_end``. ``out``: an int32 buffer of len(block) + 1 at least, else one is made; the
+        result is a view of it."""
+        if out is None or len(out) < len(block) + 1 or out.dtype != np.int32:
+            out = np.empty(len(block) + 1, np.int32)
+        m = self.lib.hvd_w2v_encode_local(self.handle, _text(block), len(block), max(threads, 1), out.ctypes.data,
+                                          int(file_end), sentence_end)
+        return out[:m]
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.hvd_w2v_lookup_free(self.handle)
+            self.handle = None
+
+
+class Scan:
+    """One block of the encoding at a time: :meth:`text` numbers its tokens by distinct word, :meth:`words`
+    lists those words by hash owner, :meth:`ids` turns the block into its part of the id stream."""
+
+    def __init__(self, lib, threads=1):
+        self.lib, self.threads = lib, max(threads, 1)
+        self.handle = lib.hvd_w2v_scan_new(self.threads)
+        self.out, self.m = np.empty(0, np.int32), 0
+
+    def text(self, block):
+        """Scan ``block`` (bytes of whole tokens, checked text); returns its distinct words."""
+        if len(self.out) < len(block) + 1:
+            self.out = np.empty(len(block) + 1, np.int32)
+        distinct, size = ctypes.c_int64(), ctypes.c_int64()
+        self.m = self.lib.hvd_w2v_scan_text(self.handle, _text(block), len(block), self.threads,
+                                            self.out.ctypes.data, ctypes.byref(distinct), ctypes.byref(size))
+        self.distinct, self.size = distinct.value, size.value
+        return self.distinct
+
+    def words(self, ranks):
+        """The block's distinct words by hash owner: (words uint8, lengths int64, order int64, per_dest)."""
+        words, lengths = np.empty(self.size, np.uint8), np.empty(self.distinct, np.int64)
+        order, per_dest = np.empty(self.distinct, np.int64), np.empty(ranks, np.int64)
+        self.lib.hvd_w2v_scan_words(self.handle, ranks, self.threads, words.ctypes.data, lengths.ctypes.data,
+                                    order.ctypes.data, per_dest.ctypes.data)
+        return words, lengths, order, per_dest
+
+    def ids(self, ids, order, file_end, sentence_end):
+        """The block's part of the stream (a new int32 array), ``ids`` those of the words of :meth:`words`, in
+        its order."""
+        ids = np.ascontiguousarray(ids, np.int64)
+        order = np.ascontiguousarray(order, np.int64)
+        if not (len(ids) == len(order) == self.distinct):
+            raise ValueError("one id per distinct word of the block")
+        m = self.lib.hvd_w2v_scan_ids(self.handle, ids.ctypes.data, order.ctypes.data, self.out.ctypes.data,
+                                      self.m, int(file_end), sentence_end)
+        return self.out[:m].copy()
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.hvd_w2v_scan_free(self.handle)
+            self.handle = None

@@ -49,7 +49,7 @@ DEFAULT_RANKS = "2,4,8,16,32,64,128,256,512,1024"
 class Alone:
     """The collectives of one rank with itself, for vocab.build and encode.encode in this process (no MPI)."""
 
-    rank, size = 0, 1
+    rank, size, threads = 0, 1, 1
 
     def allgather(self, obj):
         return [obj]

@@ -72,15 +72,16 @@ def _clock(seconds):
 class Reading:
     """Rank 0's progress through its share of a pass over the corpus (the vocabulary's count, the encoding),
     a line every ``every`` seconds (LOG_EVERY) through ``log``: ``{what}: 35% of rank 0's 6.1 GiB read,
-    93 MiB/s, eta 45 s``. Every rank reads an equal share of the bytes at about the same speed, so rank 0's
-    share stands for the pass; it is measured alone, without a collective. A pass shorter than ``every``
-    prints nothing. Bytes are those of the files: a .gz file's compressed bytes.
+    93 MiB/s per rank, 46 MiB/s per thread, eta 45 s``, ``threads`` the rank's (the compiled passes run on
+    them all). Every rank reads an equal share of the bytes at about the same speed, so rank 0's share stands
+    for the pass; it is measured alone, without a collective. A pass shorter than ``every`` prints nothing.
+    Bytes are those of the files: a .gz file's compressed bytes.
 
     corpus.read_blocks calls :meth:`at` after each block with the piece it reads and its position in the file.
     """
 
-    def __init__(self, what, pieces, log, every=LOG_EVERY, clock=None):
-        self.what, self.log, self.every = what, log, every
+    def __init__(self, what, pieces, log, every=LOG_EVERY, clock=None, threads=1):
+        self.what, self.log, self.every, self.threads = what, log, every, max(threads, 1)
         self.clock = clock or time.monotonic
         self.start = self.last = self.clock()
         self.total = sum(p.end - p.start for p in pieces)
@@ -99,7 +100,7 @@ class Reading:
         rate = done / max(now - self.start, 1e-9)
         eta = (self.total - done) / rate if rate else 0
         self.log(f"{self.what}: {100 * done / self.total:.0f}% of rank 0's {_size(self.total)} read, "
-                 f"{_size(rate)}/s, eta {eta:,.0f} s")
+                 f"{_size(rate)}/s per rank, {_size(rate / self.threads)}/s per thread, eta {eta:,.0f} s")
 
 
 def _size(n):

@@ -19,6 +19,11 @@ Memory per rank (8-byte words):
   it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, about 85 B each, briefly up to
   half more while the dict's table doubles. The reader holds one corpus.BLOCK_BYTES block and one chunk's
   tokens. On one rank there are no rounds: its partial Counter is the owner's.
+  The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
+  three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
+  bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. The
+  owner's counts take 48 to 96 B a distinct token (144 B while doubling). The reader holds two blocks (one
+  read ahead).
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
@@ -34,7 +39,7 @@ from collections import Counter
 
 import numpy as np
 
-from . import corpus, progress
+from . import corpus, native, progress
 from .errors import UserError
 from .shard import RowPlan
 from .wording import counted
@@ -134,14 +139,34 @@ class CountRuns:
 class Vocab:
     """What one rank knows of the vocabulary. ``size`` words, ids ``0..size-1`` in frequency order."""
 
-    def __init__(self, runs, raw_words, lookup, row_words, row_counts):
+    def __init__(self, runs, raw_words, lookup, row_words, row_counts, owned=None):
         self.runs = runs  # CountRuns: every id's count, keep-probability and noise weight
         self.size = runs.size  # V: words kept
         self.total = runs.total  # occurrences of kept words in the corpus
         self.raw_words = raw_words  # all tokens of the corpus, kept or not (gensim's "raw words")
-        self.lookup = lookup  # {word bytes: id} for the words this rank hash-owns
+        self._lookup = lookup  # {word bytes: id} for the words this rank hash-owns, or None: made from ``owned``
+        # (words uint8 end to end, lengths int64, ids int64) of the same words, or None: made from ``lookup``
+        self.owned = owned
         self.row_words = row_words  # [bytes]: words of the rows this rank owns, in local row order
         self.row_counts = row_counts  # int64[]: their corpus counts
+
+    @property
+    def lookup(self):
+        """{word bytes: id} for the words this rank hash-owns: made on first use from ``owned`` (training never
+        asks for it; the compiled encoding reads ``owned``), then kept."""
+        if self._lookup is None:
+            words, lengths, ids = self.owned
+            self._lookup = dict(zip(split_words(words, lengths), ids.tolist()))
+        return self._lookup
+
+    def owned_words(self):
+        """(words uint8 end to end, lengths int64, ids int64) of the words this rank hash-owns."""
+        if self.owned is None:
+            words = list(self._lookup)
+            self.owned = (np.frombuffer(b"".join(words), np.uint8),
+                          np.fromiter(map(len, words), np.int64, count=len(words)),
+                          np.fromiter(self._lookup.values(), np.int64, count=len(words)))
+        return self.owned
 
     def keep(self, ids):
         """float32 probability that an occurrence of each of ``ids`` survives subsampling."""
@@ -152,15 +177,71 @@ class Vocab:
         return self.runs.draw_noise(uniforms)
 
 
-def count(comm, pieces, error=None, reading=None):
+class Counted:
+    """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words, laid end
+    to end, only for those kept (:meth:`kept`), so that no Python object is made for a word below min_count."""
+
+    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None):
+        self.counts = counts
+        self._words, self._blob, self._lengths, self.lib = words, blob, lengths, lib
+
+    @classmethod
+    def of(cls, owned):
+        """From a {word: count} dict (the Python passes)."""
+        return cls(np.fromiter(owned.values(), dtype=np.int64, count=len(owned)), words=list(owned))
+
+    def __len__(self):
+        return len(self.counts)
+
+    def kept(self, keep):
+        """(words uint8 end to end, lengths int64) where the bool array ``keep`` is True, in order."""
+        if self._words is not None:
+            words = [w for w, k in zip(self._words, keep.tolist()) if k]
+            return (np.frombuffer(b"".join(words), np.uint8),
+                    np.fromiter(map(len, words), np.int64, count=len(words)))
+        return gather_words(self._blob, self._lengths, np.flatnonzero(keep))
+
+    def hashes(self, words, lengths, threads=1):
+        """uint64 hash64 of the words laid out in ``words`` by ``lengths``."""
+        if self.lib is not None:
+            return native.hash_words(self.lib, words, lengths, threads)
+        return np.fromiter((hash64(w) for w in split_words(words, lengths)), dtype=np.uint64, count=len(lengths))
+
+
+def split_words(words, lengths):
+    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64)."""
+    data = words.tobytes()
+    ends = np.cumsum(lengths).tolist()
+    return [data[e - n:e] for e, n in zip(ends, lengths.tolist())]
+
+
+def gather_words(words, lengths, which):
+    """(words, lengths) of the words numbered ``which`` (int64) among those laid end to end in ``words`` by
+    ``lengths``, in that order: compiled where text_kernel.cc is built, else one numpy gather; no Python
+    object per word either way."""
+    lib = native.text_kernel()
+    if lib is not None:
+        return native.gather_words(lib, words, lengths, which)
+    starts = np.cumsum(lengths) - lengths
+    picked = lengths[which]
+    into = np.cumsum(picked) - picked  # where each starts in the result
+    index = np.arange(int(picked.sum()), dtype=np.int64) + np.repeat(starts[which] - into, picked)
+    return words[index], picked
+
+
+def count(comm, pieces, error=None, reading=None, threads=1):
     """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
 
-    Returns ``({word bytes: count}, tokens read by this rank)``. ``error``: this rank's bad-input message
-    found before counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is
-    read (rank 0's). Raises UserError on every rank, at the first round after any rank meets bad input, with
-    the lowest rank's message (Comm.agree). Memory: see the module docstring; the partial counts never exceed
-    FLUSH_WORDS words plus one chunk's.
+    Returns ``(Counted, tokens read by this rank)``. ``error``: this rank's bad-input message found before
+    counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is read (rank
+    0's). ``threads``: the rank's threads, for the compiled passes (text_kernel.cc); without them Python's
+    loops count on one thread, the same counts. Raises UserError on every rank, at the first round after any
+    rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring; the
+    partial counts never exceed FLUSH_WORDS words plus one chunk's.
     """
+    lib = native.text_kernel()
+    if lib is not None:
+        return _count_compiled(comm, lib, pieces, error, reading, threads)
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
@@ -182,10 +263,52 @@ def count(comm, pieces, error=None, reading=None):
         if errors:  # every rank raises the same message, as Comm.agree does
             raise UserError(errors[0])
         if comm.size == 1:
-            return local, raw
+            return Counted.of(local), raw
         _flush(comm, local, owned)
         if all(d for d, _ in states):
-            return owned, raw
+            return Counted.of(owned), raw
+
+
+def _count_compiled(comm, lib, pieces, error, reading, threads):
+    """:func:`count` with the compiled tables: the same rounds, the per-token work in text_kernel.cc on
+    ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
+    word)."""
+    local = native.Counts(lib, threads)
+    owned = local if comm.size == 1 else native.Counts(lib, 1)
+    bound = FLUSH_WORDS if comm.size > 1 else math.inf
+    chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
+    parts = iter(()) if error else _parts(pieces, chunk, reading)
+    raw, done = 0, error is not None
+    while True:
+        while not done and len(local) <= bound:
+            try:
+                part = next(parts, None)
+            except UserError as e:
+                error, part = str(e), None
+            if part is None:
+                done = True
+            else:
+                raw += local.add_text(*part)
+        states = comm.allgather((done, error))  # one round: who is out of text, and any bad input
+        errors = [e for _, e in states if e]
+        if errors:
+            raise UserError(errors[0])
+        if comm.size > 1:
+            _flush_compiled(comm, local, owned)
+        if comm.size == 1 or all(d for d, _ in states):
+            break
+    del local
+    words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
+    return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
+
+
+def _flush_compiled(comm, local, owned):
+    """_flush with native.Counts: the words travel laid end to end (collective: one round)."""
+    words, lengths, counts, _, per_dest = local.take(comm.size)
+    got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
+    del words
+    got_counts, _ = comm.alltoallv(counts, per_dest)
+    owned.add_words(got_words, got_lengths, got_counts)
 
 
 def _flush(comm, local, owned):
@@ -221,46 +344,59 @@ def _chunks(pieces, chunk_bytes=None, reading=None):
             start = end
 
 
+def _parts(pieces, chunk_bytes, reading):
+    """``(block, start, end)`` of the text of ``pieces``: corpus blocks, read and checked ahead
+    (corpus.read_ahead), cut at whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
+    # The reader's thread checks each block (1 thread: a small share of the work) while the rank's threads
+    # count the one before, rather than two teams of threads at once on the rank's cores.
+    for block, _ in corpus.read_ahead(corpus.read_blocks(pieces, reading=reading)):
+        start = 0
+        while start < len(block):
+            cut = (_WHITESPACE.search(block, start + chunk_bytes)
+                   if chunk_bytes and start + chunk_bytes < len(block) else None)
+            end = cut.start() if cut else len(block)
+            yield block, start, end
+            start = end
+
+
 def build(comm, paths, cfg, log=lambda m: None, reading=True):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
     cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
-    shown = progress.Reading("vocab", pieces, log) if reading and comm.rank == 0 else None
-    merged, raw = count(comm, pieces, reading=shown)
+    shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
+    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")
-    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(merged)):,} distinct tokens")
+    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(tally)):,} distinct tokens")
 
-    mine = [(w, c) for w, c in merged.items() if c >= cfg.min_count]
-    del merged
+    keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
-        floor = _count_floor(comm, np.array([c for _, c in mine], dtype=np.int64), cfg.max_vocab_size)
-        mine = [(w, c) for w, c in mine if c >= floor]
-    size = comm.allreduce(len(mine))
+        keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
+    counts, (words, lengths) = tally.counts[keep], tally.kept(keep)
+    hashes = tally.hashes(words, lengths, comm.threads)
+    del tally, keep
+    size = comm.allreduce(len(lengths))
     if size < comm.size:
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
-    my_ids, runs = agree_ids(comm, np.array([c for _, c in mine], dtype=np.int64),
-                             np.fromiter((hash64(w) for w, _ in mine), dtype=np.uint64, count=len(mine)), cfg.sample)
-    lookup = {w: int(i) for (w, _), i in zip(mine, my_ids)}
+    my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
     owner = plan.owner(my_ids)
     order = np.argsort(owner, kind="stable")
     per_dest = np.bincount(owner, minlength=comm.size)
-    row_words = exchange_words(comm, [mine[i][0] for i in order], per_dest)
+    row_words, row_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
     row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
-    local_rows = plan.local_row(row_ids)
-    words_by_row = [b""] * plan.rows(comm.rank)
-    for w, r in zip(row_words, local_rows.tolist()):
-        words_by_row[r] = w
+    # Each of this rank's rows receives one word: the words in local row order.
+    words_by_row = split_words(*gather_words(row_words, row_lengths, np.argsort(plan.local_row(row_ids))))
+    assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
-    return Vocab(runs, raw_words, lookup, words_by_row, runs.count(plan.ids(comm.rank)))
+    return Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
 
 
 def agree_ids(comm, counts, hashes, sample):
@@ -326,11 +462,15 @@ def _owner_order(words, ranks):
 def exchange_words(comm, words, per_dest):
     """Send word strings by destination (``per_dest[d]`` words, in order); returns those received."""
     lengths = np.fromiter((len(w) for w in words), dtype=np.int64, count=len(words))
-    got_lengths, _ = comm.alltoallv(lengths, per_dest)
-    bytes_per_dest = np.array([int(s.sum()) for s in np.split(lengths, np.cumsum(per_dest)[:-1])],
-                              dtype=np.int64)
     blob = np.frombuffer(b"".join(words), dtype=np.uint8)
-    got_blob, _ = comm.alltoallv(blob, bytes_per_dest)
-    data = got_blob.tobytes()
-    ends = np.cumsum(got_lengths).tolist()
-    return [data[e - n:e] for e, n in zip(ends, got_lengths.tolist())]
+    got_blob, got_lengths = exchange_bytes(comm, blob, lengths, per_dest)
+    return split_words(got_blob, got_lengths)
+
+
+def exchange_bytes(comm, words, lengths, per_dest):
+    """Send words laid end to end (uint8 ``words``, int64 ``lengths``) by destination (``per_dest[d]`` words,
+    in order); returns ``(words, lengths)`` of those received, laid out alike."""
+    got_lengths, _ = comm.alltoallv(lengths, per_dest)
+    ends = np.concatenate(([0], np.cumsum(lengths)))[np.cumsum(per_dest)]
+    got_words, _ = comm.alltoallv(words, np.diff(np.concatenate(([0], ends))).astype(np.int64))
+    return got_words, got_lengths

@@ -519,11 +519,14 @@ def test_reading_progress_through_a_pass_over_the_corpus(tmp_path):
         now[0] += 1
         return now[0]
 
-    reading = progress.Reading("vocab", pieces, lines.append, every=2, clock=clock)
+    reading = progress.Reading("vocab", pieces, lines.append, every=2, clock=clock, threads=2)
     blocks = list(corpus.read_blocks(pieces, block_bytes=16 << 10, reading=reading))
     assert b"".join(b for b, _ in blocks) == text + text
-    shares = [int(re.match(r"vocab: (\d+)% of rank 0's [\d.]+ KiB read, [\d.]+ KiB/s, eta [\d,]+ s$", line).group(1))
-              for line in lines]
+    matches = [re.match(r"vocab: (\d+)% of rank 0's [\d.]+ KiB read, ([\d.]+) KiB/s per rank, ([\d.]+) KiB/s per "
+                        r"thread, eta [\d,]+ s$", line) for line in lines]
+    shares = [int(m.group(1)) for m in matches]
+    # two threads: half the rank's speed each, within the rounding of three significant digits
+    assert all(abs(float(m.group(2)) / 2 - float(m.group(3))) <= 0.05 * float(m.group(2)) for m in matches), lines
     assert len(shares) == len(blocks) // 2 and shares == sorted(shares) and shares[-1] == 100, lines
     assert shares[0] < 50 < shares[-2], lines  # the plain file is most of the bytes: its blocks come first
     quiet = []

@@ -1,0 +1,183 @@
+"""The text passes before training (the vocabulary's count and the encoding) on one rank: Python's loops
+against the compiled passes (text_kernel.cc) on 1 and 2 threads, and word2vec.c's vocabulary pass, in one run.
+
+    python -m hvd_w2v.bench.textpass                       # the flat synthetic vocabulary of issue 37: 4M words,
+                                                           # 40M tokens (330 MB), and data/real/corpus.txt if built
+    python -m hvd_w2v.bench.textpass --scale 0.25 --runs 3 # a quicker look: 1M words, 10M tokens
+
+Run from the checkout. Each pass runs in a process of its own (``one``, below: vocab.build then encode.encode
+on one rank, as `hvd-w2v encode` does, timed apart), the modes taking turns, ``--runs`` times each (Python's,
+much slower, ``--python-runs`` times); the table gives medians, the seconds of the files' bytes, the CPU seconds
+of the process (the compiled passes read the next block on a thread of their own while they work on one, so a
+"1 thread" run may use a little more than one core) and the growth of its peak resident memory during the
+passes. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
+temporary folder and run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone,
+which is what it does before training (it has no encoding pass). Without it, its column says so and is left out.
+
+The synthetic corpus is made once under ``--data`` by hvd_w2v.synthetic (exponent 0.5: a flat vocabulary, most
+words rare, the hardest case for the partial counts) and reused.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import ROOT, checkout_env
+
+PEERS = os.path.join(os.path.dirname(ROOT), "shared", "peers", "word2vec")
+MB = 1e6
+
+
+def make_corpus(path, vocab, tokens, seed=3):
+    """The flat synthetic corpus, made once (the name holds the settings)."""
+    if os.path.exists(path):
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    subprocess.run([sys.executable, "-m", "hvd_w2v.synthetic", path + ".tmp", "--vocab", str(vocab), "--tokens",
+                    str(tokens), "--exponent", "0.5", "--seed", str(seed)], check=True, cwd=ROOT,
+                   env=checkout_env(), stdout=subprocess.DEVNULL)
+    os.replace(path + ".tmp", path)
+
+
+def one(corpus, mode, threads, min_count):
+    """One timed run in this process: prints ``count S encode S cpu S peak MiB words N``."""
+    from hvd_w2v import encode, native, vocab
+    from hvd_w2v.config import Config
+    from hvd_w2v.plan import Alone
+
+    if mode == "python":
+        native.text_kernel = lambda: None
+    elif native.text_kernel() is None:
+        sys.exit(f"the compiled text passes are not available: {native.unavailable('text_kernel')}")
+    alone = Alone()
+    alone.threads = threads
+    before = _status("VmRSS")
+    cpu = _cpu()
+    folder = tempfile.mkdtemp(prefix="textpass-")
+    try:
+        t0 = time.perf_counter()
+        voc = vocab.build(alone, [corpus], Config(min_count=min_count), reading=False)
+        t1 = time.perf_counter()
+        encode.encode(alone, [corpus], voc, folder, reading=False)
+        t2 = time.perf_counter()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"count {t1 - t0:.3f} encode {t2 - t1:.3f} cpu {_cpu() - cpu:.3f} "
+          f"peak {(_status('VmHWM') - before) / 2**20:.1f} words {voc.size}", flush=True)
+
+
+def _cpu():
+    """CPU seconds of this process so far, all its threads."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _status(key):
+    return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) * 1024
+
+
+def run_one(corpus, mode, threads, min_count):
+    out = subprocess.run([sys.executable, "-m", "hvd_w2v.bench.textpass", "one", corpus, mode, str(threads),
+                          str(min_count)], check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=checkout_env(dict(os.environ, HVD_W2V_THREADS=str(threads))))
+    fields = out.stdout.split()
+    return {k: float(v) for k, v in zip(fields[::2], fields[1::2])}
+
+
+def build_word2vec(folder):
+    """word2vec.c built in ``folder`` with its makefile's flags, or None when its source is absent."""
+    source = os.path.join(PEERS, "word2vec.c")
+    if not os.path.exists(source):
+        return None
+    binary = os.path.join(folder, "word2vec")
+    subprocess.run(["gcc", source, "-o", binary, "-lm", "-pthread", "-O3", "-march=native", "-Wall",
+                    "-funroll-loops", "-Wno-unused-result"], check=True, capture_output=True)
+    return binary
+
+
+def run_word2vec(binary, corpus, min_count, folder):
+    """Seconds and CPU seconds of word2vec.c's vocabulary pass over ``corpus``."""
+    t0 = time.perf_counter()
+    before = os.times()
+    subprocess.run([binary, "-train", corpus, "-save-vocab", os.path.join(folder, "vocab.txt"), "-min-count",
+                    str(min_count)], check=True, capture_output=True)
+    after = os.times()
+    return {"count": time.perf_counter() - t0, "encode": 0.0,
+            "cpu": after.children_user - before.children_user + after.children_system - before.children_system}
+
+
+def table(corpus, runs, python_runs, min_count, w2v):
+    size = os.path.getsize(corpus)
+    modes = [("Python (today's passes), 1 thread", "python", 1, python_runs),
+             ("compiled, 1 thread", "compiled", 1, runs), ("compiled, 2 threads", "compiled", 2, runs)]
+    results = {name: [] for name, *_ in modes}
+    if w2v:
+        results["word2vec.c vocabulary pass, 1 thread"] = []
+    with tempfile.TemporaryDirectory(prefix="textpass-w2v-") as scratch:
+        for r in range(max(runs, python_runs)):  # the modes take turns, so that the machine's load falls on all
+            for name, mode, threads, n in modes:
+                if r < n:
+                    results[name].append(run_one(corpus, mode, threads, min_count))
+            if w2v:
+                results["word2vec.c vocabulary pass, 1 thread"].append(run_word2vec(w2v, corpus, min_count, scratch))
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
+    for m in med.values():
+        m["both"] = m["count"] + m["encode"]
+    print(f"\n{corpus}: {size / MB:,.0f} MB, {med['compiled, 1 thread']['words']:,.0f} words kept; medians of "
+          f"{runs} runs ({python_runs} for Python's)")
+    print("| passes | count s | encode s | both s | MB/s | CPU s | peak MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m in med.items():
+        peak = f"{m['peak']:,.0f}" if "peak" in m else "-"
+        encode = f"{m['encode']:.2f}" if not name.startswith("word2vec") else "(none)"
+        print(f"| {name} | {m['count']:.2f} | {encode} | {m['both']:.2f} | {size / MB / m['both']:.1f} | "
+              f"{m['cpu']:.2f} | {peak} |")
+    one_t, two_t = med["compiled, 1 thread"], med["compiled, 2 threads"]
+    py = med["Python (today's passes), 1 thread"]
+    print(f"compiled on 1 thread against Python's passes: {py['both'] / one_t['both']:.1f}x faster "
+          f"(2 threads: {py['both'] / two_t['both']:.1f}x)")
+    print(f"2 threads against 1: {one_t['both'] / two_t['both']:.2f}x (count {one_t['count'] / two_t['count']:.2f}x, "
+          f"encode {one_t['encode'] / two_t['encode']:.2f}x)")
+    if w2v:
+        ref = med["word2vec.c vocabulary pass, 1 thread"]
+        print(f"count + encode on 1 thread against word2vec.c's vocabulary pass: {ref['both'] / one_t['both']:.2f}x "
+              f"its speed by the clock, {ref['cpu'] / one_t['cpu']:.2f}x by CPU time")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["one"]:
+        corpus, mode, threads, min_count = argv[1:5]
+        one(corpus, mode, int(threads), int(min_count))
+        return
+    p = argparse.ArgumentParser(prog="python -m hvd_w2v.bench.textpass", description=__doc__.split("\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="the synthetic corpus's vocabulary and tokens times this")
+    p.add_argument("--runs", type=int, default=3, help="runs of each compiled mode and of word2vec.c")
+    p.add_argument("--python-runs", type=int, default=1, help="runs of Python's passes (minutes each at scale 1)")
+    p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--data", default=os.path.join(ROOT, "data", "bench"), help="where the synthetic corpus is kept")
+    p.add_argument("--real", default=os.path.join(ROOT, "data", "real", "corpus.txt"),
+                   help="the real corpus (python -m hvd_w2v.realcorpus); skipped when absent")
+    a = p.parse_args(argv)
+    vocab, tokens = int(4_000_000 * a.scale), int(40_000_000 * a.scale)
+    corpus = os.path.join(a.data, f"flat-{vocab}-{tokens}-s3.txt")
+    make_corpus(corpus, vocab, tokens)
+    with tempfile.TemporaryDirectory(prefix="textpass-build-") as build:
+        w2v = build_word2vec(build)
+        print(f"word2vec.c: built from {PEERS} into a temporary folder" if w2v else
+              f"word2vec.c: no source at {PEERS}; its column is left out")
+        table(corpus, a.runs, a.python_runs, a.min_count, w2v)
+        if os.path.exists(a.real):
+            table(a.real, a.runs, a.python_runs, a.min_count, w2v)
+        else:
+            print(f"\n{a.real}: absent (python -m hvd_w2v.realcorpus builds it); skipped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,769 @@
+// The text passes' per-token work, as plain loops on the rank's threads: checking a block (NUL bytes, UTF-8),
+// cutting it into tokens (runs of bytes other than corpus.WHITESPACE: space, \t, \n, \v, \f, \r, as Python's
+// bytes.split() and word2vec.c), counting them (the vocabulary's partial and owned counts) and turning them
+// into ids (the encoding). Python keeps the reading, the rounds and every collective (vocab.py, encode.py);
+// its own loops there are the fallback and compute the same bytes (tests/test_text_kernel.py).
+//   hvd_w2v_check_text: the first NUL byte, else the first byte that is not valid UTF-8 (the offset Python's
+//     strict decoder reports: where the longest valid prefix ends).
+//   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
+//     that a round exports ordered by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest).
+//   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
+//   Scan (hvd_w2v_scan_*): one block of the encoding on several ranks: its tokens as numbers of its distinct
+//     words and its newlines, the distinct words ordered by hash owner (to ask their ids), then the block's
+//     ids. On one rank, hvd_w2v_encode_local looks each token up as it finds it.
+// Threads split a block at whitespace bytes (a token belongs to the part that holds its first byte); no
+// table is written by two threads (a count's tables are split by hash, a scan's numbers renumbered after), so
+// no count, id or error offset depends on the thread count.
+// Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// -- BLAKE2b with an 8-byte digest (RFC 7693), the hash of vocab.hash64 --------------------------------------
+
+constexpr uint64_t IV[8] = {0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL,
+                            0xa54ff53a5f1d36f1ULL, 0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL,
+                            0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
+constexpr uint8_t SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+inline uint64_t rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
+  uint64_t m[16];
+  std::memcpy(m, block, 128);  // little-endian words (x86, the machines this builds for)
+  uint64_t v0 = h[0], v1 = h[1], v2 = h[2], v3 = h[3], v4 = h[4], v5 = h[5], v6 = h[6], v7 = h[7];
+  uint64_t v8 = IV[0], v9 = IV[1], v10 = IV[2], v11 = IV[3], v12 = IV[4] ^ t, v13 = IV[5];
+  uint64_t v14 = last ? ~IV[6] : IV[6], v15 = IV[7];
+#define HVD_G(a, b, c, d, x, y)  \
+  a += b + (x);                  \
+  d = rotr(d ^ a, 32);           \
+  c += d;                        \
+  b = rotr(b ^ c, 24);           \
+  a += b + (y);                  \
+  d = rotr(d ^ a, 16);           \
+  c += d;                        \
+  b = rotr(b ^ c, 63);
+  for (int r = 0; r < 12; ++r) {
+    const uint8_t* s = SIGMA[r];
+    HVD_G(v0, v4, v8, v12, m[s[0]], m[s[1]]);
+    HVD_G(v1, v5, v9, v13, m[s[2]], m[s[3]]);
+    HVD_G(v2, v6, v10, v14, m[s[4]], m[s[5]]);
+    HVD_G(v3, v7, v11, v15, m[s[6]], m[s[7]]);
+    HVD_G(v0, v5, v10, v15, m[s[8]], m[s[9]]);
+    HVD_G(v1, v6, v11, v12, m[s[10]], m[s[11]]);
+    HVD_G(v2, v7, v8, v13, m[s[12]], m[s[13]]);
+    HVD_G(v3, v4, v9, v14, m[s[14]], m[s[15]]);
+  }
+#undef HVD_G
+  h[0] ^= v0 ^ v8, h[1] ^= v1 ^ v9, h[2] ^= v2 ^ v10, h[3] ^= v3 ^ v11;
+  h[4] ^= v4 ^ v12, h[5] ^= v5 ^ v13, h[6] ^= v6 ^ v14, h[7] ^= v7 ^ v15;
+}
+
+// hashlib.blake2b(word, digest_size=8), read as a little-endian integer.
+uint64_t hash64(const unsigned char* p, uint64_t n) {
+  uint64_t h[8];
+  for (int i = 0; i < 8; ++i) h[i] = IV[i];
+  h[0] ^= 0x01010000ULL ^ 8;  // no key, 8-byte digest
+  uint64_t done = 0;
+  while (n - done > 128) {
+    done += 128;
+    compress(h, p + done - 128, done, false);
+  }
+  unsigned char last[128] = {0};
+  std::memcpy(last, p + done, n - done);
+  compress(h, last, n, true);
+  return h[0];
+}
+
+// vocab.hash_owner: ranks own equal ranges of hashes.
+inline int64_t hash_owner(uint64_t h, int64_t ranks) {
+  return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(ranks)) >> 32);
+}
+
+// -- tokens ---------------------------------------------------------------------------------------------------
+
+struct Whitespace {
+  bool is[256] = {};
+  Whitespace() {
+    for (unsigned char c : {' ', '\t', '\n', '\v', '\f', '\r'}) is[c] = true;
+  }
+};
+const Whitespace WS;
+
+// Where ``parts`` threads split text[0, n): cut k at or after k n / parts, just after a whitespace byte (or
+// at n), so that no token is cut. cuts[0] = 0, cuts[parts] = n.
+std::vector<int64_t> cuts(const unsigned char* text, int64_t n, int64_t parts) {
+  std::vector<int64_t> at(parts + 1, n);
+  at[0] = 0;
+  for (int64_t k = 1; k < parts; ++k) {
+    int64_t p = std::max(at[k - 1], n * k / parts);
+    while (p < n && p > 0 && !WS.is[text[p - 1]]) ++p;
+    at[k] = p;
+  }
+  return at;
+}
+
+// Calls ``token(start, length)`` for each token of text[lo, hi) and ``newline()`` for each newline byte, in
+// order. Returns the tokens.
+template <class Token, class Newline>
+int64_t tokens(const unsigned char* text, int64_t lo, int64_t hi, Token token, Newline newline) {
+  int64_t count = 0, i = lo;
+  while (i < hi) {
+    const unsigned char c = text[i];
+    if (WS.is[c]) {
+      if (c == '\n') newline();
+      ++i;
+      continue;
+    }
+    const int64_t start = i;
+    while (++i < hi && !WS.is[text[i]]) {
+    }
+    token(start, i - start);
+    ++count;
+  }
+  return count;
+}
+
+// A word of at most 8 bytes as one integer (zero-padded): such words are kept in their slot.
+inline uint64_t inline_word(const unsigned char* p, uint64_t n) {
+  uint64_t x = 0;
+  std::memcpy(&x, p, n);
+  return x;
+}
+
+// The same where 8 bytes from ``p`` may be read (before ``end``): one load and a mask, no copy of n bytes.
+inline uint64_t inline_word(const unsigned char* p, uint64_t n, const unsigned char* end) {
+  if (n > 8) return 0;
+  if (p + 8 > end) return inline_word(p, n);
+  uint64_t x;
+  std::memcpy(&x, p, 8);
+  return n == 8 ? x : x & ((1ULL << (8 * n)) - 1);
+}
+
+// A quick hash for the tables (BLAKE2b only where an owner must be found).
+// ``x``: inline_word of the word when it has at most 8 bytes.
+inline uint64_t quick_hash(const unsigned char* p, uint64_t n, uint64_t x) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL);
+  if (n > 8) {
+    for (; n > 8; p += 8, n -= 8) {
+      uint64_t y;
+      std::memcpy(&y, p, 8);
+      h = (h ^ y) * 0xFF51AFD7ED558CCDULL;
+      h ^= h >> 32;
+    }
+    x = inline_word(p, n);
+  }
+  h = (h ^ x) * 0xC4CEB9FE1A85EC53ULL;
+  h ^= h >> 29;
+  h *= 0xFF51AFD7ED558CCDULL;
+  return h ^ (h >> 32);
+}
+inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
+  return quick_hash(p, n, n <= 8 ? inline_word(p, n) : 0);
+}
+
+// Words (bytes) -> int64 values, by open addressing (linear probing) over a power-of-two array of slots,
+// grown twofold whenever it passes two thirds full. A slot holds all that a look-up reads: the word's hash,
+// length, value and the word itself when it has at most 8 bytes (else where its bytes start in ``bytes``), so
+// that finding a short word costs one cache miss, and callers ask for the slot ahead of use (prefetch).
+// Words are numbered in order of first sight. 32 B a slot (48 to 96 B a word) + 4 B + the bytes of longer
+// words.
+class Table {
+ public:
+  struct Slot {
+    uint64_t hash;
+    uint64_t word;  // the word itself (length <= 8), or where its bytes start in ``bytes``
+    uint32_t length;  // 0: empty (tokens are never empty)
+    uint32_t number;  // order of first sight
+    int64_t value;
+  };
+
+  Table() : slots_(16), mask_(15) {}
+
+  int64_t size() const { return where_.size(); }
+  int64_t byte_size() const { return bytes_total_; }
+
+  // Where ``word`` of hash ``h`` is or would go: ask for it some look-ups ahead.
+  void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
+
+  // The value of ``word`` (hash ``h``), added as ``init`` when new.
+  int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, int64_t init = 0) {
+    return at(word, n, h, n <= 8 ? inline_word(word, n) : 0, init);
+  }
+  // The same with ``x`` = inline_word(word) (0 for a longer word).
+  int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t init) {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (!slot.length) {
+        if (3 * (where_.size() + 1) > 2 * slots_.size()) {
+          grow();
+          return at(word, n, h, x, init);
+        }
+        slot.hash = h;
+        slot.length = n;
+        slot.number = static_cast<uint32_t>(where_.size());
+        slot.value = init;
+        if (n <= 8) {
+          slot.word = x;
+        } else {
+          slot.word = bytes_.size();
+          bytes_.insert(bytes_.end(), word, word + n);
+        }
+        bytes_total_ += n;
+        where_.push_back(i);
+        return slot.value;
+      }
+      if (slot.hash == h && slot.length == n &&
+          (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
+        return slot.value;
+    }
+  }
+  int64_t& at(const unsigned char* word, uint32_t n, int64_t init = 0) {
+    return at(word, n, quick_hash(word, n), init);
+  }
+
+  // The value of ``word`` (hash ``h``), or ``missing``.
+  int64_t find(const unsigned char* word, uint32_t n, uint64_t h, int64_t missing) const {
+    return find(word, n, h, n <= 8 ? inline_word(word, n) : 0, missing);
+  }
+  int64_t find(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t missing) const {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (!slot.length) return missing;
+      if (slot.hash == h && slot.length == n &&
+          (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
+        return slot.value;
+    }
+  }
+
+  // Calls ``each(slot)`` for every word, in the order of the slots (a pass over memory, where the order of
+  // first sight would jump about).
+  template <class Each>
+  void for_each(Each each) const {
+    for (const Slot& slot : slots_)
+      if (slot.length) each(slot);
+  }
+
+  // Word number k: its slot, and its bytes.
+  const Slot& slot(int64_t k) const { return slots_[where_[k]]; }
+  const unsigned char* word(const Slot& slot) const {
+    return slot.length <= 8 ? reinterpret_cast<const unsigned char*>(&slot.word) : bytes_.data() + slot.word;
+  }
+
+  // Empty, keeping the memory of its slots for the next block or round.
+  void clear() {
+    if (where_.size() * 8 < slots_.size()) {  // few words: clear their slots alone
+      for (uint64_t i : where_) slots_[i].length = 0;
+    } else {
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+    }
+    where_.clear();
+    bytes_.clear();
+    bytes_total_ = 0;
+  }
+
+  // Empty, its memory returned.
+  void release() {
+    std::vector<Slot>(16).swap(slots_);
+    mask_ = 15;
+    std::vector<uint64_t>().swap(where_);
+    std::vector<unsigned char>().swap(bytes_);
+    bytes_total_ = 0;
+  }
+
+ private:
+  std::vector<Slot> slots_;
+  uint64_t mask_;
+  std::vector<uint64_t> where_;  // the slot of each word, by number
+  std::vector<unsigned char> bytes_;  // the words longer than 8 bytes, end to end
+  int64_t bytes_total_ = 0;  // the bytes of all words
+
+  void grow() {
+    std::vector<Slot> old(2 * slots_.size());
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    for (uint64_t& w : where_) {
+      const Slot& s = old[w];
+      uint64_t i = s.hash & mask_;
+      while (slots_[i].length) i = (i + 1) & mask_;
+      slots_[i] = s;
+      w = i;
+    }
+  }
+};
+
+// Calls ``each(start, length, hash)`` for the tokens of text[lo, hi) and ``newline()`` for each newline byte,
+// in order, a batch of tokens at a time: each batch's hashes first, their slots asked of ``table`` ahead.
+template <class Each, class Newline>
+int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo, int64_t hi, Each each,
+                       Newline newline) {
+  constexpr int BATCH = 16;
+  int64_t start[BATCH];  // a token's start, or -1: a newline
+  uint32_t length[BATCH];
+  uint64_t hash[BATCH], word[BATCH];
+  int k = 0;
+  auto flush = [&] {
+    for (int j = 0; j < k; ++j) start[j] < 0 ? newline() : each(start[j], length[j], hash[j], word[j]);
+    k = 0;
+  };
+  const unsigned char* end = text + hi;
+  int64_t count = tokens(text, lo, hi, [&](int64_t at, int64_t n) {
+    start[k] = at;
+    length[k] = static_cast<uint32_t>(n);
+    word[k] = inline_word(text + at, n, end);
+    hash[k] = quick_hash(text + at, n, word[k]);
+    table.prefetch(hash[k]);
+    if (++k == BATCH) flush();
+  }, [&] {
+    start[k] = -1;
+    if (++k == BATCH) flush();
+  });
+  flush();
+  return count;
+}
+
+// The first byte of text[0, n) that is not valid UTF-8 (Python's strict decoder: the start of the first
+// sequence it rejects), or n.
+int64_t utf8_end(const unsigned char* s, int64_t n) {
+  int64_t i = 0;
+  while (i < n) {
+    if (i + 8 <= n) {  // eight ASCII bytes at once
+      uint64_t x;
+      std::memcpy(&x, s + i, 8);
+      if (!(x & 0x8080808080808080ULL)) {
+        i += 8;
+        continue;
+      }
+    }
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int more;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;  // no overlong forms
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + more >= n) return i;  // truncated
+    if (s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (int k = 2; k <= more; ++k)
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    i += more + 1;
+  }
+  return n;
+}
+
+// One block of the encoding (see hvd_w2v_scan_text).
+struct Scan {
+  std::vector<Table> tables;      // each thread's distinct words of the block
+  std::vector<int64_t> base;      // the first number of each thread's words
+  std::vector<int32_t> id_of;     // the id of each number (hvd_w2v_scan_ids)
+};
+
+}  // namespace
+
+extern "C" {
+
+// hvd_w2v_hash64 of word[0, n): vocab.hash64 (tests compare the two).
+uint64_t hvd_w2v_hash64(const unsigned char* word, int64_t n) { return hash64(word, n); }
+
+// 0 when text[0, n) is text: no NUL byte and valid UTF-8; else 1 with *where the first NUL byte (NUL bytes
+// are looked for first, in the whole block, as corpus._check_text does), or 2 with *where the first byte
+// that is not UTF-8. On ``threads`` threads, each a part of the block cut after whitespace (ASCII, so a part
+// ends where a character does, and a sequence that spans a cut is rejected at the same byte either way).
+int64_t hvd_w2v_check_text(const unsigned char* text, int64_t n, int64_t threads, int64_t* where) {
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  std::vector<int64_t> nul(threads, n), bad(threads, n);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    const void* z = std::memchr(text + at[t], 0, at[t + 1] - at[t]);
+    if (z) nul[t] = static_cast<const unsigned char*>(z) - text;
+    const int64_t valid = utf8_end(text + at[t], at[t + 1] - at[t]);
+    if (valid < at[t + 1] - at[t]) bad[t] = at[t] + valid;
+  }
+  const int64_t first_nul = *std::min_element(nul.begin(), nul.end());
+  if (first_nul < n) return *where = first_nul, 1;
+  const int64_t first_bad = *std::min_element(bad.begin(), bad.end());
+  if (first_bad < n) return *where = first_bad, 2;
+  return 0;
+}
+
+}  // extern "C"
+
+namespace {
+
+// -- counts -------------------------------------------------------------------------------------------------
+
+// A rank's counts: one table per thread, each holding the words whose quick hash it owns (part_of), so no word
+// is in two tables and no table is written by two threads.
+struct Counts {
+  std::vector<Table> tables;
+  // Scratch of hvd_w2v_counts_add_text: the tokens each thread found, by the table they go to.
+  struct Token {
+    const unsigned char* at;
+    uint64_t hash;
+    uint32_t length;
+  };
+  std::vector<std::vector<std::vector<Token>>> found;  // [finder][table]
+};
+
+inline int64_t part_of(uint64_t h, int64_t parts) {
+  return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(parts)) >> 32);
+}
+
+// Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
+// (24 B a token) whatever the text's size.
+constexpr int64_t SEGMENT_BYTES = 1 << 20;
+
+}  // namespace
+
+extern "C" {
+
+void* hvd_w2v_counts_new(int64_t threads) {
+  Counts* c = new Counts();
+  threads = std::max<int64_t>(threads, 1);
+  c->tables.resize(threads);
+  c->found.assign(threads, std::vector<std::vector<Counts::Token>>(threads));
+  return c;
+}
+
+void hvd_w2v_counts_free(void* counts) { delete static_cast<Counts*>(counts); }
+
+// Adds the tokens of text[0, n) (whole tokens at both ends) to the counts. On one thread each token goes
+// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES,
+// each thread cuts its part of the segment into tokens, then each adds those its table owns. Returns the
+// tokens.
+int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n) {
+  Counts& c = *static_cast<Counts*>(counts);
+  const int64_t parts = c.tables.size();
+  if (parts == 1) {
+    Table& table = c.tables[0];
+    return batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
+      ++table.at(text + at, length, h, x, 0);
+    }, [] {});
+  }
+  int64_t total = 0;
+  for (int64_t lo = 0; lo < n;) {
+    int64_t hi = std::min(n, lo + SEGMENT_BYTES * parts);
+    while (hi < n && !WS.is[text[hi - 1]]) ++hi;
+    std::vector<int64_t> at = cuts(text + lo, hi - lo, parts);
+#pragma omp parallel num_threads(parts)
+    {
+      const int64_t t = omp_get_thread_num();
+      auto& mine = c.found[t];
+      for (auto& f : mine) f.clear();
+      int64_t k = tokens(text, lo + at[t], lo + at[t + 1], [&](int64_t start, int64_t length) {
+        const uint64_t h = quick_hash(text + start, length);
+        mine[part_of(h, parts)].push_back({text + start, h, static_cast<uint32_t>(length)});
+      }, [] {});
+#pragma omp atomic
+      total += k;
+#pragma omp barrier
+      Table& table = c.tables[t];
+      constexpr int AHEAD = 8;
+      for (int64_t f = 0; f < parts; ++f) {
+        const auto& list = c.found[f][t];
+        const int64_t m = list.size();
+        for (int64_t i = 0; i < m; ++i) {
+          if (i + AHEAD < m) table.prefetch(list[i + AHEAD].hash);
+          ++table.at(list[i].at, list[i].length, list[i].hash);
+        }
+      }
+    }
+    lo = hi;
+  }
+  return total;
+}
+
+// Adds n words (``lengths`` bytes each, laid end to end in ``words``) with their ``counts`` (a round's, at
+// their hash owner).
+void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const int64_t* lengths,
+                              const int64_t* values, int64_t n) {
+  Counts& c = *static_cast<Counts*>(counts);
+  const int64_t parts = c.tables.size();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = quick_hash(words, lengths[i]);
+    c.tables[part_of(h, parts)].at(words, static_cast<uint32_t>(lengths[i]), h) += values[i];
+    words += lengths[i];
+  }
+}
+
+// The distinct words held.
+int64_t hvd_w2v_counts_size(void* counts) {
+  int64_t n = 0;
+  for (const Table& t : static_cast<Counts*>(counts)->tables) n += t.size();
+  return n;
+}
+
+// The distinct words held, and their bytes in *bytes (the sizes of hvd_w2v_counts_export's arrays).
+int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
+  *bytes = 0;
+  for (const Table& t : static_cast<Counts*>(counts)->tables) *bytes += t.byte_size();
+  return hvd_w2v_counts_size(counts);
+}
+
+// The words ordered by hash owner among ``ranks`` (in no other order): their bytes end to end, lengths, counts,
+// hashes (vocab.hash64) and how many go to each rank (``per_dest`` int64[ranks]); ``hashes`` null: all to
+// rank 0, unhashed (one rank: its words below min_count need none). Then empties the counts, keeping their
+// memory when ``keep`` (a round follows), else returning it.
+void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
+                           int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep) {
+  auto& tables = static_cast<Counts*>(counts)->tables;
+  std::vector<const Table::Slot*> slot;
+  std::vector<const Table*> of;
+  for (const Table& t : tables)
+    t.for_each([&](const Table::Slot& s) {
+      slot.push_back(&s);
+      of.push_back(&t);
+    });
+  const int64_t n = slot.size();
+  std::vector<uint64_t> h(hashes ? n : 0);
+  if (hashes) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+    for (int64_t i = 0; i < n; ++i) h[i] = hash64(of[i]->word(*slot[i]), slot[i]->length);
+  }
+  auto owner = [&](int64_t i) { return hashes ? hash_owner(h[i], ranks) : 0; };
+  std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = owner(i);
+    ++start[r + 1];
+    byte_start[r + 1] += slot[i]->length;
+  }
+  for (int64_t r = 0; r < ranks; ++r) {
+    per_dest[r] = start[r + 1];
+    start[r + 1] += start[r];
+    byte_start[r + 1] += byte_start[r];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = owner(i), k = start[r]++;
+    lengths[k] = slot[i]->length;
+    values[k] = slot[i]->value;
+    if (hashes) hashes[k] = h[i];
+    std::memcpy(words + byte_start[r], of[i]->word(*slot[i]), slot[i]->length);
+    byte_start[r] += slot[i]->length;
+  }
+  for (Table& t : tables) keep ? t.clear() : t.release();
+}
+
+// out[i] = vocab.hash64 of word i of n (``lengths`` bytes each, end to end in ``words``), on ``threads``.
+void hvd_w2v_hash_words(const unsigned char* words, const int64_t* lengths, int64_t n, uint64_t* out,
+                        int64_t threads) {
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+  for (int64_t i = 0; i < n; ++i) out[i] = hash64(words + start[i], lengths[i]);
+}
+
+// -- ids ------------------------------------------------------------------------------------------------------
+
+// A hash owner's word -> id: n words (``lengths`` bytes each, end to end in ``words``) and their ``ids``.
+void* hvd_w2v_lookup_new(const unsigned char* words, const int64_t* lengths, const int64_t* ids, int64_t n) {
+  Table* table = new Table();
+  for (int64_t i = 0; i < n; ++i) {
+    table->at(words, static_cast<uint32_t>(lengths[i]), ids[i]);
+    words += lengths[i];
+  }
+  return table;
+}
+
+void hvd_w2v_lookup_free(void* lookup) { delete static_cast<Table*>(lookup); }
+
+// out[i] = the id of word i of n (as hvd_w2v_lookup_new lays them), -1 when it has none; on ``threads``.
+void hvd_w2v_lookup_ids(void* lookup, const unsigned char* words, const int64_t* lengths, int64_t n, int64_t* out,
+                        int64_t threads) {
+  const Table& table = *static_cast<Table*>(lookup);
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  constexpr int64_t AHEAD = 8;
+  std::vector<uint64_t> h(n);
+#pragma omp parallel num_threads(threads) if (threads > 1 && n > 4096)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) h[i] = quick_hash(words + start[i], lengths[i]);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + AHEAD < n) table.prefetch(h[i + AHEAD]);
+      out[i] = table.find(words + start[i], static_cast<uint32_t>(lengths[i]), h[i], -1);
+    }
+  }
+}
+
+// -- one block of the encoding ---------------------------------------------------------------------------------
+
+void* hvd_w2v_scan_new(int64_t threads) {
+  Scan* scan = new Scan();
+  scan->tables.resize(std::max<int64_t>(threads, 1));
+  return scan;
+}
+
+void hvd_w2v_scan_free(void* scan) { delete static_cast<Scan*>(scan); }
+
+// The block text[0, n) (whole tokens) on ``threads`` threads (at most the scan's): writes into out (int32, n + 1
+// at least) its tokens, each as the number of its distinct word (numbers from 0, in order of the threads'
+// parts), and -1 for each newline, in text order; returns how many. Returns the distinct words in *distinct
+// and their bytes in *bytes.
+int64_t hvd_w2v_scan_text(void* scan_, const unsigned char* text, int64_t n, int64_t threads, int32_t* out,
+                          int64_t* distinct, int64_t* bytes) {
+  Scan& scan = *static_cast<Scan*>(scan_);
+  threads = std::min<int64_t>(threads, scan.tables.size());
+  for (Table& t : scan.tables) t.clear();
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  std::vector<int64_t> written(threads, 0);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    Table& table = scan.tables[t];
+    int32_t* o = out + at[t];  // a part's tokens and newlines are fewer than its bytes
+    int64_t k = 0;
+    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+      int64_t& number = table.at(text + start, length, h, x, -1);
+      if (number < 0) number = table.size() - 1;
+      o[k++] = static_cast<int32_t>(number);
+    }, [&] { o[k++] = -1; });
+    written[t] = k;
+  }
+  scan.base.assign(scan.tables.size() + 1, 0);
+  *bytes = 0;
+  for (size_t t = 0; t < scan.tables.size(); ++t) {
+    scan.base[t + 1] = scan.base[t] + scan.tables[t].size();
+    *bytes += scan.tables[t].byte_size();
+  }
+  *distinct = scan.base.back();
+  int64_t m = 0;  // the parts' output, moved together and renumbered
+  for (int64_t t = 0; t < threads; ++t) {
+    const int32_t base = static_cast<int32_t>(scan.base[t]);
+    const int32_t* from = out + at[t];
+    for (int64_t k = 0; k < written[t]; ++k) out[m++] = from[k] < 0 ? -1 : from[k] + base;
+  }
+  return m;
+}
+
+// The block's distinct words (hvd_w2v_scan_text first) ordered by hash owner among ``ranks`` (all to rank 0
+// on one rank, without hashing), in no other order: their bytes end to end, lengths, numbers
+// (``order``) and how many go to each rank (``per_dest``).
+void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
+                        int64_t* order, int64_t* per_dest) {
+  Scan& scan = *static_cast<Scan*>(scan_);
+  const int64_t n = scan.base.back();
+  std::vector<const Table::Slot*> entry(n);
+  std::vector<const Table*> of(n);
+  std::vector<int64_t> number(n);
+  int64_t i = 0;
+  for (size_t t = 0; t < scan.tables.size(); ++t)
+    scan.tables[t].for_each([&](const Table::Slot& slot) {
+      entry[i] = &slot;
+      of[i] = &scan.tables[t];
+      number[i++] = scan.base[t] + slot.number;
+    });
+  std::vector<int64_t> owner(n, 0);
+  if (ranks > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+    for (int64_t i = 0; i < n; ++i) owner[i] = hash_owner(hash64(of[i]->word(*entry[i]), entry[i]->length), ranks);
+  }
+  std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    ++start[owner[i] + 1];
+    byte_start[owner[i] + 1] += entry[i]->length;
+  }
+  for (int64_t r = 0; r < ranks; ++r) {
+    per_dest[r] = start[r + 1];
+    start[r + 1] += start[r];
+    byte_start[r + 1] += byte_start[r];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = owner[i], k = start[r]++;
+    lengths[k] = entry[i]->length;
+    order[k] = number[i];
+    std::memcpy(words + byte_start[r], of[i]->word(*entry[i]), entry[i]->length);
+    byte_start[r] += entry[i]->length;
+  }
+}
+
+// The block's part of the id stream, in place in ``out`` (its m entries from hvd_w2v_scan_text): each token's
+// id (``ids``[k]: the id of word number ``order``[k], -1 out of the vocabulary, then dropped) and
+// ``sentence_end`` for each newline, then one more ``sentence_end`` when ``file_end``. Returns its length.
+int64_t hvd_w2v_scan_ids(void* scan_, const int64_t* ids, const int64_t* order, int32_t* out, int64_t m,
+                         int64_t file_end, int32_t sentence_end) {
+  Scan& scan = *static_cast<Scan*>(scan_);
+  const int64_t n = scan.base.back();
+  scan.id_of.assign(n, -1);
+  for (int64_t k = 0; k < n; ++k) scan.id_of[order[k]] = static_cast<int32_t>(ids[k]);
+  int64_t w = 0;
+  for (int64_t k = 0; k < m; ++k) {
+    const int32_t x = out[k];
+    if (x < 0) {
+      out[w++] = sentence_end;
+    } else {
+      const int32_t id = scan.id_of[x];
+      if (id >= 0) out[w++] = id;
+    }
+  }
+  if (file_end) out[w++] = sentence_end;
+  return w;
+}
+
+// Words numbered which[0:m] of those laid end to end in ``words`` by ``lengths`` (n of them), in that order,
+// into out_words and out_lengths.
+void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, int64_t n, const int64_t* which,
+                          int64_t m, unsigned char* out_words, int64_t* out_lengths) {
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  for (int64_t k = 0; k < m; ++k) {
+    const int64_t i = which[k];
+    std::memcpy(out_words, words + start[i], lengths[i]);
+    out_words += lengths[i];
+    out_lengths[k] = lengths[i];
+  }
+}
+
+// One rank's encoding of a block in one call, where the rank owns every word: each token's id looked up in
+// ``lookup`` as the token is found (its slot asked for ahead), -1 dropped, ``sentence_end`` for each newline
+// and once more at ``file_end``; on ``threads`` threads, each a part. Writes into out (int32, n + 1 at least);
+// returns how many.
+int64_t hvd_w2v_encode_local(void* lookup, const unsigned char* text, int64_t n, int64_t threads, int32_t* out,
+                             int64_t file_end, int32_t sentence_end) {
+  const Table& table = *static_cast<Table*>(lookup);
+  threads = std::max<int64_t>(threads, 1);
+  const std::vector<int64_t> at = cuts(text, n, threads);
+  std::vector<int64_t> written(threads, 0);
+#pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    int32_t* o = out + at[t];
+    int64_t k = 0;
+    batched_tokens(table, text, at[t], at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+      const int64_t id = table.find(text + start, length, h, x, -1);
+      if (id >= 0) o[k++] = static_cast<int32_t>(id);
+    }, [&] { o[k++] = sentence_end; });
+    written[t] = k;
+  }
+  int64_t m = written[0];
+  for (int64_t t = 1; t < threads; ++t) {
+    std::memmove(out + m, out + at[t], written[t] * sizeof(int32_t));
+    m += written[t];
+  }
+  if (file_end) out[m++] = sentence_end;
+  return m;
+}
+
+}  // extern "C"

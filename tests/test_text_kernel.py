@@ -1,0 +1,178 @@
+"""The compiled text passes (text_kernel.cc through native.py, used by vocab.count, encode and corpus) against
+Python's loops, their fallback: the same hashes, the same bad-input offsets, and the same vocabulary and id
+stream byte for byte on inputs chosen to be awkward (multi-byte UTF-8 across blocks and chunks, \\r\\n, tabs,
+\\v \\f, Unicode spaces that are not ASCII whitespace, empty lines, files without a final newline, gzip, a
+folder of files), on 1, 2 and 3 threads and on 3 ranks with rounds forced small."""
+import gzip
+import hashlib
+import os
+import random
+
+import numpy as np
+import pytest
+
+from conftest import launch
+from hvd_w2v import corpus, encode, native, vocab
+from hvd_w2v.config import Config
+from hvd_w2v.errors import UserError
+from hvd_w2v.plan import Alone
+
+
+@pytest.fixture
+def lib():
+    lib = native.text_kernel()
+    if lib is None:
+        pytest.skip(f"the text passes cannot be built here: {native._LIBS['text_kernel']}")
+    return lib
+
+
+# Pieces of text meant to fall on block, chunk and thread cuts: multi-byte characters, ASCII whitespace of
+# every kind, Unicode spaces (NBSP, EM SPACE, NEL, U+2028) and control bytes that Python's bytes.split()
+# keeps inside tokens, as word2vec.c does.
+PIECES = ["a", "bb", "caf\u00e9", "na\u00efve", "\u65e5\u672c\u8a9e", "x\u00a0y", "\u2003", "z\r", "\t", " ",
+          "\n", "\r\n", "\x0b", "\x0c", "\x1c", "w\u0085", "\u2028", "\U0001F600", "\u00e9" * 40, "q" * 300]
+
+
+def awkward_text(n, seed):
+    rng = random.Random(seed)
+    words = [f"w{rng.randrange(3000)}é" if rng.random() < 0.5 else rng.choice(PIECES) for _ in range(n)]
+    return "".join(w + rng.choice([" ", "", "\n", "  "]) for w in words).encode("utf-8")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A folder of a plain file (no final newline), a gzip file and a plain file ending in blank lines."""
+    folder = tmp_path_factory.mktemp("awkward")
+    (folder / "a.txt").write_bytes(awkward_text(6000, 1))
+    with gzip.open(folder / "b.txt.gz", "wb") as f:
+        f.write(awkward_text(3000, 2))
+    (folder / "c.txt").write_bytes(awkward_text(2000, 3) + b"\n\n\n")
+    return str(folder)
+
+
+def test_hash64_is_blake2b(lib):
+    rng = random.Random(0)
+    words = [b"", b"a", "caf\u00e9".encode()] + [bytes(rng.randrange(256) for _ in range(n))
+                                                for n in (7, 8, 9, 127, 128, 129, 256, 300)]
+    assert native.hash64s(lib, words) == [vocab.hash64(w) for w in words]
+    lengths = np.array([len(w) for w in words], np.int64)
+    blob = np.frombuffer(b"".join(words), np.uint8)
+    assert native.hash_words(lib, blob, lengths, 2).tolist() == [vocab.hash64(w) for w in words]
+
+
+def python_offset(block):
+    """corpus._check_text's verdict, as (kind, offset)."""
+    try:
+        corpus._check_text(block, "f", 0)
+    except UserError as e:
+        text = str(e)
+        return (1 if "binary" in text else 2), int(text.rsplit("offset ", 1)[1].rstrip(")").split(")")[0])
+    return 0, None
+
+
+@pytest.mark.parametrize("bad", [b"\xff", b"\x80", b"\xc0\xaf", b"\xc2", b"\xe2\x82", b"\xe2\x28\xa1", b"\xed\xa0\x80",
+                                 b"\xe0\x80\xaf", b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80",
+                                 b"\xf0\x9f\x98", b"\x00", b"ok \xff then \x00"])
+def test_check_text_finds_what_python_finds(lib, bad):
+    """The first invalid byte (where Python's strict decoder starts its error), NUL bytes first in a block;
+    at the block's end too (a truncated character), and on 1, 2 and 3 threads (cut inside the text)."""
+    good = awkward_text(200, 4)
+    for block in (good + bad, good + bad + good, bad + good, good + b" " + bad):
+        want = python_offset(block)
+        assert want[0], block
+        for threads in (1, 2, 3):
+            assert native.check_text(lib, block, threads) == want, (bad, threads)
+    for threads in (1, 2, 3):
+        assert native.check_text(lib, good, threads) == (0, None)
+
+
+def passes(paths, threads, compiled, monkeypatch, folder):
+    """vocab.build and encode.encode on one rank, small blocks and chunks: (row words, row counts, the lookup,
+    ids)."""
+    with monkeypatch.context() as m:
+        m.setattr(corpus, "BLOCK_BYTES", 4096)  # blocks end inside multi-byte characters' neighbourhoods
+        m.setattr(vocab, "CHUNK_BYTES", 1000)
+        if not compiled:
+            m.setattr(native, "text_kernel", lambda: None)
+        alone = Alone()
+        alone.threads = threads
+        voc = vocab.build(alone, paths, Config(min_count=1), reading=False)
+        encode.encode(alone, paths, voc, folder, reading=False)
+        with open(os.path.join(folder, "ids.00000.i32"), "rb") as f:
+            return voc.row_words, voc.row_counts.tolist(), voc.lookup, f.read()
+
+
+def test_compiled_passes_equal_python_on_one_rank(lib, files, tmp_path, monkeypatch):
+    paths, _ = corpus.files_of([files])
+    want = passes(paths, 1, False, monkeypatch, tmp_path / "python")
+    assert len(want[0]) > 2000 and len(want[3]) > 40000  # the corpus is not trivial
+    for threads in (1, 2, 3):
+        got = passes(paths, threads, True, monkeypatch, tmp_path / f"compiled{threads}")
+        assert got[0] == want[0] and got[1] == want[1] and got[2] == want[2], threads
+        assert hashlib.sha256(got[3]).hexdigest() == hashlib.sha256(want[3]).hexdigest(), threads
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"some text\n" * 900 + b"caf\xe9 x\x00", "looks binary (NUL byte at offset 9006)"),  # NULs first in a block
+    (b"some text\n" * 900 + b"caf\xe9 " + b"x " * 3000 + b"\x00", "not UTF-8 text (invalid byte at offset 9003)"),
+    (b"some text\n" * 900 + b"caf\xe9 au lait\n", "is not UTF-8 text (invalid byte at offset 9003)"),
+    (b"some text\n" * 900 + b"\xf0\x9f\x98", "is not UTF-8 text (invalid byte at offset 9000)"),
+], ids=["binary", "latin-1-before-binary", "latin-1", "truncated"])
+def test_bad_input_same_message(lib, tmp_path, monkeypatch, content, fragment):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    messages = []
+    for compiled in (False, True):
+        with pytest.raises(UserError) as e:
+            passes([str(path)], 2, compiled, monkeypatch, tmp_path / "out")
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and fragment in messages[0], messages
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_gzip_same_message(lib, tmp_path, monkeypatch):
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(gzip.compress(awkward_text(3000, 5))[:-100])
+    messages = []
+    for compiled in (False, True):
+        with pytest.raises(UserError) as e:
+            passes([str(path)], 2, compiled, monkeypatch, tmp_path / "out")
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and messages[0].startswith(f"cannot read {path}"), messages
+
+
+# Three ranks, each running both paths in turn with rounds of a few words (every word travels to its owner in
+# many rounds) and blocks of 4 KiB; each rank compares its rows' words and counts, its lookup and its shard.
+RANKS = """
+import hashlib, os, sys
+from mpi4py import MPI
+from hvd_w2v import corpus, encode, native, vocab
+from hvd_w2v.comm import Comm
+from hvd_w2v.config import Config
+
+comm = Comm(MPI.COMM_WORLD, None, threads=2)
+paths, _ = corpus.files_of([sys.argv[1]])
+corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS = 4096, 1000, 64
+kernel = native.text_kernel
+seen = []
+for compiled in (False, True):
+    native.text_kernel = kernel if compiled else (lambda: None)
+    folder = os.path.join(sys.argv[2], "compiled" if compiled else "python")
+    voc = vocab.build(comm, paths, Config(min_count=1), reading=False)
+    encode.encode(comm, paths, voc, folder, reading=False)
+    with open(os.path.join(folder, f"ids.{comm.rank:05d}.i32"), "rb") as f:
+        seen.append((voc.row_words, voc.row_counts.tolist(), voc.lookup, hashlib.sha256(f.read()).hexdigest()))
+same = all(a == b for a, b in zip(*seen))
+print(f"rank {comm.rank}: {'same' if same else 'DIFFERENT'}, {len(seen[0][0])} rows", flush=True)
+sys.exit(0 if same else 1)
+"""
+
+
+def test_compiled_passes_equal_python_on_three_ranks(lib, files, tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    result = launch(3, ["python", script, files, tmp_path], timeout=120, threads=2)
+    assert not result.hung and result.returncode == 0, result.output[-3000:]
+    assert result.output.count(": same,") == 3, result.output[-3000:]
+    one = b"".join((tmp_path / "python" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
+    assert one == b"".join((tmp_path / "compiled" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
