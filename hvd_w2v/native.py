@@ -1,9 +1,10 @@
 """Compiled code: built once per machine with g++ from the package's C++ sources, cached, loaded on demand.
 
-Three libraries, each optional, each loaded here through ctypes: the step's maths (sgns_kernel.cc, used by
-sgns), the owners' row copies (rows_kernel.cc, used by exchange) and the example builder (batches_kernel.cc,
-used by batches). Where one cannot be built or loaded, its user prints one warning and falls back to
-TensorFlow's graph or numpy, which compute the same values more slowly; ``HVD_W2V_KERNEL=python`` (or
+Five libraries, each optional, each loaded here through ctypes: the step's maths (sgns_kernel.cc, used by
+sgns), the owners' row copies (rows_kernel.cc, used by exchange), the example builder (batches_kernel.cc,
+used by batches), shard-local SGD's super-step (localsgd_kernel.cc, used by localsgd) and the text passes
+(text_kernel.cc, used by corpus, vocab and encode). Where one cannot be built or loaded, its user prints one
+warning and falls back to TensorFlow's graph, numpy or Python, which compute the same values more slowly; ``HVD_W2V_KERNEL=python`` (or
 ``graph``) asks for the fallbacks from the start.
 
 A library's file name is a hash of its source, its compiler flags and this CPU's features
