@@ -151,14 +151,16 @@ def cmd_evaluate(args):
     if args.analogies:
         a = evaluate.analogies(vectors, args.analogies, restrict=args.restrict, method=args.method)
         rows.append((f"analogy {os.path.basename(args.analogies)} ({args.method}, top {args.restrict:,})",
-                     a["accuracy"], f"{a['correct']:,}/{a['total']:,} correct", f"{a['skipped']:,} skipped"))
+                     a["accuracy"], f"{a['correct']:,}/{a['total']:,} correct",
+                     ", ".join(filter(None, [f"{a['skipped']:,} skipped", evaluate.malformed_note(a["malformed"])]))))
         if args.sections:
             rows += [(f"  {name}", c / t if t else float("nan"), f"{c:,}/{t:,} correct", "")
                      for name, c, t in a["sections"]]
     for path in args.similarity or []:
         r = evaluate.similarity(vectors, path)
         rows.append((f"similarity {os.path.basename(path)} (Spearman)", r["spearman"], f"{r['pairs']:,} pairs",
-                     f"{r['oov']:,} out of vocabulary"))
+                     ", ".join(filter(None, [f"{r['oov']:,} out of vocabulary",
+                                             evaluate.malformed_note(r["malformed"])]))))
     if comm.rank == 0:
         width = max(len(r[0]) for r in rows) if rows else 4
         _emit([f"{'test':{width}}  {'score':>6}  {'count':22}  left out",
