@@ -105,9 +105,9 @@ def analogies(vectors, path, restrict=30000, method="3cosadd", case_insensitive=
     Returns, on every rank, ``{"sections": [(name, correct, total)], "correct", "total", "accuracy",
     "skipped", "malformed", "questions", "answers"}``; ``skipped`` counts the questions with a word outside
     the first ``restrict`` ids, which are not in ``total`` unless ``dummy4unknown``; ``malformed`` is
-    (count, first line number) of the file's lines that are not questions (:func:`read_analogies`); ``answers`` lists per section
-    gensim's ``{"section": name, "correct": [(a, b, c, d)], "incorrect": [...]}`` (words as compared: folded
-    when ``case_insensitive``). Collective.
+    (count, first line number) of the file's lines that are not questions (:func:`read_analogies`);
+    ``answers`` lists per section gensim's ``{"section": name, "correct": [(a, b, c, d)], "incorrect":
+    [...]}`` (words as compared: folded when ``case_insensitive``). Collective.
     """
     if method not in ("3cosadd", "3cosmul"):
         raise UserError(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")

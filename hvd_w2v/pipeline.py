@@ -247,10 +247,11 @@ def hold(comm, out, command, resume=False, overwrite=False):
             lock = runlock.acquire(out, lambda m: log(comm, m))
             held = runfolder.existing_run(out)
             if held and not resume and not overwrite:
+                files = "vocab.txt and ids/" if command == "encode" else "vocab.txt"
                 ways = ("continue it with --resume, train into another --out, or start over with --overwrite "
                         "(removes its checkpoints and vectors)" if command == "train" else
-                        f"give another --out, or --overwrite to replace its vocab.txt{' and ids/' if command == 'encode' else ''} "
-                        f"(its checkpoints then no longer match)")
+                        f"give another --out, or --overwrite to replace its {files} (its checkpoints then no "
+                        f"longer match)")
                 raise UserError(f"{out} holds {held}; {ways}")
         except UserError as e:
             error = str(e)

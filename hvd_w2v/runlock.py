@@ -24,7 +24,9 @@ from .errors import UserError
 NAME = ".hvd-w2v.lock"
 HEARTBEAT_SECONDS = 15.0
 STALE_SECONDS = 120.0  # eight missed heartbeats: the holder (or its host) is gone
-WAIT_SECONDS = 120.0  # a requeued Slurm job waits this long for its previous run to leave
+# A requeued Slurm job waits this long for its previous run; longer than STALE_SECONDS, so that a run that
+# died holding the lock (SIGKILL on another host) is taken over within the wait.
+WAIT_SECONDS = 180.0
 
 
 def _job():

@@ -164,7 +164,8 @@ def test_scores_match_gensim(comm, nranks, tmp_path_factory, capsys):
         assert out == ""
 
     # A test file with no valid line is an error naming its malformed lines (the header line is not one).
-    with pytest.raises(UserError, match=r"noquestions.txt holds no analogy questions .*: 2 malformed \(first: line 2\)"):
+    with pytest.raises(UserError, match=r"noquestions.txt holds no analogy questions .*: 2 malformed \(first: "
+                                        r"line 2\)"):
         analogies(vectors, f"{folder}/noquestions.txt")
     with pytest.raises(UserError, match=r"nopairs.tsv holds no word pairs .*: 2 malformed \(first: line 2\)"):
         similarity(vectors, f"{folder}/nopairs.tsv")

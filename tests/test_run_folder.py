@@ -9,6 +9,7 @@ conftest.launch, on one finished run (module fixture) copied where a test change
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -128,8 +129,6 @@ def test_a_live_holder_is_named_and_a_gone_one_taken_over(tmp_path, monkeypatch)
         write_lock(tmp_path, **holder)
         lock = runlock.acquire(str(tmp_path), said.append, wait=0)
         assert said and f"took over {tmp_path}/{runlock.NAME} from host" in said[-1], said
-        import re
-
         assert re.search(why, said[-1]), said[-1]
         assert runlock.read(str(tmp_path))["pid"] == os.getpid()
         lock.release()
