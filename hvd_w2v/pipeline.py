@@ -100,12 +100,13 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
     lock = hold(saver.comm, out, "train", resume=resume, overwrite=overwrite)
     try:
-        return _train(corpus, out, cfg, saver, t0, limit, resume, format, final_checkpoint, quiet, tensorboard)
+        return _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet,
+                      tensorboard)
     finally:
         release(saver.comm, lock, out)
 
 
-def _train(corpus, out, cfg, saver, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
+def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
     """:func:`train` once ``out``'s lock is held."""
     from . import checkpoint, memory
     from .watchdog import io_budget
@@ -114,7 +115,8 @@ def _train(corpus, out, cfg, saver, t0, limit, resume, format, final_checkpoint,
     stage = staging(comm, out)
     record = {}  # OUT/run.json
     if comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
-        comm.watchdog.on_stall = lambda info: _record_stall(out, record, info, saver)
+        # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
+        comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
     planned = []
     paths, voc = vocabulary(comm, corpus, out, cfg, check=lambda paths, voc: planned.append(

@@ -374,6 +374,11 @@ def describe(path, verify=False):
             if os.path.exists(p):
                 lines.append(f"  {name}: {_word2vec_header(p)}, {_size(os.path.getsize(p))}")
         lines.append(f"  checkpoints: {len(folders) or 'none'}" + (" (newest first)" if folders else ""))
+        from . import runlock
+
+        holder = runlock.read(run)
+        if holder is not None:
+            lines.append(f"  in use: {runlock.NAME} held by {runlock.describe(holder)}")
     vocab_checked = {}
     for folder in folders:
         try:

@@ -153,7 +153,7 @@ def test_the_heartbeat_is_refreshed_and_release_leaves_a_taken_over_lock(tmp_pat
 # -- two jobs at once, on real ranks -----------------------------------------------------------------------
 
 def start(args, env=None):
-    return subprocess.Popen([str(LAUNCH), "-n", "2", "--threads", "1", *map(str, args)], cwd=ROOT,
+    return subprocess.Popen([str(LAUNCH), "-n", "1", "--threads", "1", *map(str, args)], cwd=ROOT,
                             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -183,11 +183,12 @@ def test_two_jobs_into_one_folder_and_a_requeued_job_waiting_for_its_previous_ru
         assert second.returncode == 2 and len(errors(second)) == 1, second.output[-3000:]
         assert (f"{run} is in use by another job (host {socket.gethostname()}, pid {holder['pid']}, Slurm job 77"
                 in errors(second)[0])
-        query = launch(2, ["hvd-w2v", "neighbors", run, "w1", "--topn", "3"], timeout=TIMEOUT)
+        query = launch(1, ["hvd-w2v", "neighbors", run, "w1", "--topn", "3"], timeout=TIMEOUT)
         assert query.ok and "w1: " in query.output, query.output[-3000:]
         info = subprocess.run([sys.executable, "-m", "hvd_w2v.cli", "info", run], capture_output=True, text=True,
                               cwd=ROOT, timeout=60)
         assert info.returncode == 0 and "state: finished" in info.stdout, info.stdout + info.stderr
+        assert f"in use: {runlock.NAME} held by host {socket.gethostname()}, pid {holder['pid']}" in info.stdout
         assert tree(run) == before, "a refused job or a query wrote into the run folder"
 
         requeued = start(["hvd-w2v", "train", corpora / "good.txt", "--out", run, *OPTIONS, "--resume"], env=job)
