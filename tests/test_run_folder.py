@@ -25,7 +25,7 @@ from hvd_w2v import runlock
 from hvd_w2v.errors import UserError
 from hvd_w2v.synthetic import generate
 
-OPTIONS = ["--epochs", "1", "--batch-words", "1024", "--quiet", "--show", "", "--format", "binary"]
+OPTIONS = ["--epochs", "1", "--batch-words", "8192", "--quiet", "--show", "", "--format", "binary"]
 TIMEOUT = 120
 
 
@@ -46,7 +46,8 @@ def errors(result):
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpora")
-    generate(str(folder / "good.txt"), 20000, vocab=1000, pairs=20, first=20, seed=0)
+    # Large enough that a job holds the lock for a second or more while it reads it (vocabulary, encoding).
+    generate(str(folder / "good.txt"), 150000, vocab=1000, pairs=20, first=20, seed=0)
     with open(folder / "good.txt") as f:
         lines = f.readlines()
     (folder / "other.txt").write_text("".join(lines) + "".join(f"extra{i} {x}" for i, x in enumerate(lines[:300])))
@@ -162,7 +163,7 @@ def wait_for(predicate, seconds, what):
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, f"no {what} after {seconds} s"
-        time.sleep(0.1)
+        time.sleep(0.01)
 
 
 def test_two_jobs_into_one_folder_and_a_requeued_job_waiting_for_its_previous_run(corpora, finished, tmp_path):
