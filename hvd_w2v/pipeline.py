@@ -244,6 +244,8 @@ def hold(comm, out, command, resume=False, overwrite=False):
     from .errors import UserError
 
     lock, error = None, None
+    # The other ranks wait here while rank 0 may wait for a requeued job's previous run: not a stall.
+    before = comm.watch.enter("lock", budget=runlock.wait_seconds() + 60)
     if comm.rank == 0:
         try:
             lock = runlock.acquire(out, lambda m: log(comm, m))
@@ -260,6 +262,7 @@ def hold(comm, out, command, resume=False, overwrite=False):
             if lock:
                 lock.release()
     comm.agree(error)
+    comm.watch.leave(before)
     return lock
 
 

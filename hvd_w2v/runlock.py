@@ -29,6 +29,14 @@ STALE_SECONDS = 120.0  # eight missed heartbeats: the holder (or its host) is go
 WAIT_SECONDS = 180.0
 
 
+def wait_seconds():
+    """How long a requeued job waits for its previous run: $HVD_W2V_LOCK_WAIT seconds, else WAIT_SECONDS."""
+    try:
+        return max(0.0, float(os.environ.get("HVD_W2V_LOCK_WAIT", WAIT_SECONDS)))
+    except ValueError:
+        raise UserError(f"HVD_W2V_LOCK_WAIT wants seconds, got {os.environ['HVD_W2V_LOCK_WAIT']!r}") from None
+
+
 def _job():
     return os.environ.get("SLURM_JOB_ID") or None
 
@@ -123,7 +131,7 @@ def acquire(out, log=lambda m: None, wait=None):
     """Take OUT's lock (creating OUT) and return the :class:`Lock`; UserError naming the holder when another
     job holds it. ``wait``: seconds to wait for a holder of this Slurm job id (default WAIT_SECONDS, or
     $HVD_W2V_LOCK_WAIT)."""
-    wait = float(os.environ.get("HVD_W2V_LOCK_WAIT", WAIT_SECONDS)) if wait is None else wait
+    wait = wait_seconds() if wait is None else wait
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
