@@ -86,20 +86,25 @@ def cmd_vocab(args):
 
 def cmd_encode(args):
     """The vocabulary (vocab.txt) and the encoded corpus (ids/): what train does before training."""
-    from . import pipeline
-
-    comm, paths, voc = _vocabulary(args)
-    pipeline.encode(comm, paths, voc, args.out)
+    _vocabulary(args, encode=True)
     return 0
 
 
-def _vocabulary(args):
+def _vocabulary(args, encode=False):
+    """vocab.txt (and with ``encode`` ids/) of the corpus, written aside and moved into --out at the end,
+    under --out's lock; a folder that holds a run is refused without --overwrite (pipeline.hold)."""
     from . import pipeline
 
     cfg = config_from(args)
     comm = pipeline.start(cfg, args.threads, args.stall_timeout)
-    paths, voc = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
-    return comm, paths, voc
+    lock = pipeline.hold(comm, args.out, args.command, overwrite=args.overwrite)
+    try:
+        stage = pipeline.staging(comm, args.out)
+        paths, voc = pipeline.vocabulary(comm, args.corpus, args.out, cfg, into=stage)
+        stream = pipeline.encode(comm, paths, voc, stage) if encode else None
+        pipeline.commit(comm, stage, args.out, stream)
+    finally:
+        pipeline.release(comm, lock, args.out)
 
 
 def cmd_train(args):
@@ -109,7 +114,8 @@ def cmd_train(args):
     try:
         run = pipeline.train(args.corpus, args.out, threads=args.threads, stall_timeout=args.stall_timeout,
                              max_memory_per_rank=args.max_memory_per_rank, checkpoint_every=args.checkpoint_every,
-                             final_checkpoint=args.final_checkpoint, resume=args.resume, format=args.format,
+                             final_checkpoint=args.final_checkpoint, resume=args.resume,
+                             overwrite=args.overwrite, format=args.format,
                              quiet=args.quiet, tensorboard=args.tensorboard, **vars(config_from(args)))
     except checkpoint.Interrupted:
         return checkpoint.EXIT_INTERRUPTED
@@ -145,14 +151,16 @@ def cmd_evaluate(args):
     if args.analogies:
         a = evaluate.analogies(vectors, args.analogies, restrict=args.restrict, method=args.method)
         rows.append((f"analogy {os.path.basename(args.analogies)} ({args.method}, top {args.restrict:,})",
-                     a["accuracy"], f"{a['correct']:,}/{a['total']:,} correct", f"{a['skipped']:,} skipped"))
+                     a["accuracy"], f"{a['correct']:,}/{a['total']:,} correct",
+                     ", ".join(filter(None, [f"{a['skipped']:,} skipped", evaluate.malformed_note(a["malformed"])]))))
         if args.sections:
             rows += [(f"  {name}", c / t if t else float("nan"), f"{c:,}/{t:,} correct", "")
                      for name, c, t in a["sections"]]
     for path in args.similarity or []:
         r = evaluate.similarity(vectors, path)
         rows.append((f"similarity {os.path.basename(path)} (Spearman)", r["spearman"], f"{r['pairs']:,} pairs",
-                     f"{r['oov']:,} out of vocabulary"))
+                     ", ".join(filter(None, [f"{r['oov']:,} out of vocabulary",
+                                             evaluate.malformed_note(r["malformed"])]))))
     if comm.rank == 0:
         width = max(len(r[0]) for r in rows) if rows else 4
         _emit([f"{'test':{width}}  {'score':>6}  {'count':22}  left out",
@@ -242,6 +250,9 @@ def add_corpus_options(p):
                                               f"name order) (default: the real English corpus, built into "
                                               f"{os.path.dirname(pipeline.DEFAULT_CORPUS)} on first use)")
     p.add_argument("--out", default=RUN_DEFAULTS["out"], help="output folder (default: %(default)s)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in an --out that holds a run (finished, interrupted, stalled), replacing "
+                        "it; without it (or train's --resume) such a folder is refused")
     g = p.add_argument_group("vocabulary")
     g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
     g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,

@@ -53,10 +53,19 @@ def _ids(vectors, words, case_insensitive):
     return vectors.ids([word_bytes(w) for w in words])
 
 
+def malformed_note(malformed):
+    """``(count, first line number)`` of a file's malformed lines as the results name them ("" for none)."""
+    n, first = malformed
+    return f"{n:,} malformed (first: line {first:,})" if n else ""
+
+
 def read_analogies(comm, path, case_insensitive=True):
-    """(section names, questions as (section index, a, b, c, d)) of a questions-words.txt file; the words
-    folded (:func:`fold`), or as written when not ``case_insensitive``."""
-    sections, questions, error = [], [], None
+    """(section names, questions as (section index, a, b, c, d), malformed) of a questions-words.txt file;
+    the words folded (:func:`fold`), or as written when not ``case_insensitive``. ``malformed``: (count,
+    first line number) of the lines that are neither blank, ': section' nor four words, which are skipped
+    (as gensim, which logs them) and counted, so that a test set with a format error does not silently score
+    on fewer questions. UserError on every rank when no line is a question."""
+    sections, questions, error, bad = [], [], None, []
     key = _key(case_insensitive)
     for n, line in enumerate(_read_lines(comm, path), 1):
         if line.startswith(": "):
@@ -64,15 +73,19 @@ def read_analogies(comm, path, case_insensitive=True):
             continue
         words = line.split()
         if len(words) != 4:
-            continue  # as gensim: a line that is not 4 words is skipped
+            if words:
+                bad.append(n)
+            continue
         if not sections:
             error = error or f"{path} line {n}: a question before the first ': section' line"
             continue
         questions.append((len(sections) - 1, *(key(w) for w in words)))
     comm.agree(error)
+    malformed = (len(bad), bad[0] if bad else None)
     if not questions:
-        comm.agree(f"{path} holds no analogy questions (': section' lines, then 'a b c d' lines)")
-    return sections, questions
+        note = f": {malformed_note(malformed)}" if bad else ""
+        comm.agree(f"{path} holds no analogy questions (': section' lines, then 'a b c d' lines){note}")
+    return sections, questions, malformed
 
 
 def _unit(x):
@@ -90,15 +103,16 @@ def analogies(vectors, path, restrict=30000, method="3cosadd", case_insensitive=
     ``restrict`` ids counts as answered wrongly instead of being left out (gensim's).
 
     Returns, on every rank, ``{"sections": [(name, correct, total)], "correct", "total", "accuracy",
-    "skipped", "questions", "answers"}``; ``skipped`` counts the questions with a word outside the first
-    ``restrict`` ids, which are not in ``total`` unless ``dummy4unknown``; ``answers`` lists per section
-    gensim's ``{"section": name, "correct": [(a, b, c, d)], "incorrect": [...]}`` (words as compared: folded
-    when ``case_insensitive``). Collective.
+    "skipped", "malformed", "questions", "answers"}``; ``skipped`` counts the questions with a word outside
+    the first ``restrict`` ids, which are not in ``total`` unless ``dummy4unknown``; ``malformed`` is
+    (count, first line number) of the file's lines that are not questions (:func:`read_analogies`);
+    ``answers`` lists per section gensim's ``{"section": name, "correct": [(a, b, c, d)], "incorrect":
+    [...]}`` (words as compared: folded when ``case_insensitive``). Collective.
     """
     if method not in ("3cosadd", "3cosmul"):
         raise UserError(f"unknown analogy method {method!r}: use 3cosadd or 3cosmul")
     comm, plan = vectors.comm, vectors.plan
-    names, questions = read_analogies(comm, path, case_insensitive)
+    names, questions, malformed = read_analogies(comm, path, case_insensitive)
     restrict = min(int(restrict), plan.vocab_size) if restrict else plan.vocab_size
     words = sorted({w for q in questions for w in q[1:]})
     ids = dict(zip(words, _ids(vectors, words, case_insensitive)))
@@ -151,37 +165,41 @@ def analogies(vectors, path, restrict=30000, method="3cosadd", case_insensitive=
     sections = [(s["section"], len(s["correct"]), len(s["correct"]) + len(s["incorrect"])) for s in answers]
     n_correct, n_total = sum(s[1] for s in sections), sum(s[2] for s in sections)
     return {"sections": sections, "correct": n_correct, "total": n_total,
-            "accuracy": n_correct / n_total if n_total else 0.0, "skipped": skipped,
+            "accuracy": n_correct / n_total if n_total else 0.0, "skipped": skipped, "malformed": malformed,
             "questions": len(questions), "answers": answers}
 
 
 def read_pairs(comm, path, delimiter=None, encoding="utf-8", case_insensitive=True):
-    """(word1, word2, score) of a word-similarity file, words folded (:func:`fold`) unless not
-    ``case_insensitive``; '#' lines skipped.
+    """([(word1, word2, score)], malformed) of a word-similarity file, words folded (:func:`fold`) unless
+    not ``case_insensitive``; '#' and blank lines skipped. ``malformed``: (count, first line number) of the
+    other lines that are not a pair and a score, skipped (a first line whose score is not a number is a
+    header, not counted). UserError on every rank when no line is a pair.
 
     ``delimiter`` None: tab- or whitespace-separated, fields stripped. A string: gensim's reading, each line
     (with its line end) split on it into exactly three fields, words kept as written, other lines skipped.
     """
-    pairs = []
+    pairs, bad, seen = [], [], 0
     key = _key(case_insensitive)
-    for line in _read_lines(comm, path, encoding, keepends=delimiter is not None):
+    for n, line in enumerate(_read_lines(comm, path, encoding, keepends=delimiter is not None), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        seen += 1
         if delimiter is None:
-            if not line.strip() or line.startswith("#"):
-                continue
             fields = [f.strip() for f in (line.split("\t") if "\t" in line else line.split())]
         else:
-            if line.startswith("#"):
-                continue
             fields = line.split(delimiter)
-        if len(fields) != 3:
-            continue
         try:
+            if len(fields) != 3:
+                raise ValueError
             pairs.append((key(fields[0]), key(fields[1]), float(fields[2])))
         except ValueError:
-            continue  # a header line such as "word1 word2 score"
+            if not (seen == 1 and len(fields) == 3):  # not a header line such as "word1 word2 score"
+                bad.append(n)
+    malformed = (len(bad), bad[0] if bad else None)
     if not pairs:
-        comm.agree(f"{path} holds no word pairs ('word1<TAB>word2<TAB>score' lines)")
-    return pairs
+        note = f": {malformed_note(malformed)}" if bad else ""
+        comm.agree(f"{path} holds no word pairs ('word1<TAB>word2<TAB>score' lines){note}")
+    return pairs, malformed
 
 
 def similarity(vectors, path, restrict=300000, delimiter=None, encoding="utf-8", case_insensitive=True,
@@ -191,12 +209,13 @@ def similarity(vectors, path, restrict=300000, delimiter=None, encoding="utf-8",
     Pairs with a word outside the first ``restrict`` ids (gensim's default, 300,000) are out of vocabulary:
     counted, left out (``dummy4unknown``: kept with a model similarity of 0, as gensim). ``delimiter``,
     ``encoding``, ``case_insensitive``: :func:`read_pairs`. Returns, on every rank, ``{"spearman",
-    "pearson", "spearman_pvalue", "pearson_pvalue", "pairs", "oov", "oov_ratio"}``: ``pairs`` used in the
-    correlations, ``oov`` pairs out of vocabulary, ``oov_ratio`` their share in percent as gensim gives it;
+    "pearson", "spearman_pvalue", "pearson_pvalue", "pairs", "oov", "oov_ratio", "malformed"}``: ``pairs``
+    used in the correlations, ``oov`` pairs out of vocabulary, ``oov_ratio`` their share in percent as gensim
+    gives it, ``malformed`` (count, first line number) of the lines skipped (:func:`read_pairs`);
     the correlations are NaN when fewer than 2 pairs are used or one side is constant, p-values two-sided
     (:func:`correlation_pvalue`). Collective.
     """
-    pairs = read_pairs(vectors.comm, path, delimiter, encoding, case_insensitive)
+    pairs, malformed = read_pairs(vectors.comm, path, delimiter, encoding, case_insensitive)
     restrict = min(int(restrict), vectors.plan.vocab_size) if restrict else vectors.plan.vocab_size
     words = sorted({w for p in pairs for w in p[:2]})
     ids = dict(zip(words, _ids(vectors, words, case_insensitive)))
@@ -217,7 +236,7 @@ def similarity(vectors, path, restrict=300000, delimiter=None, encoding="utf-8",
     return {"spearman": spearman, "pearson": pearson, "pairs": len(used), "oov": oov,
             "spearman_pvalue": correlation_pvalue(spearman, len(used), spearman=True),
             "pearson_pvalue": correlation_pvalue(pearson, len(used)),
-            "oov_ratio": 100.0 * oov / base if base else nan}
+            "oov_ratio": 100.0 * oov / base if base else nan, "malformed": malformed}
 
 
 def correlation_pvalue(r, n, spearman=False):

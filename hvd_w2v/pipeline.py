@@ -47,8 +47,8 @@ class Run:
 
 
 def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max_memory_per_rank=None,
-          checkpoint_every=30.0, final_checkpoint=True, resume=False, format=FORMATS, quiet=False,
-          tensorboard=None, **config):
+          checkpoint_every=30.0, final_checkpoint=True, resume=False, overwrite=False, format=FORMATS,
+          quiet=False, tensorboard=None, **config):
     """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
 
     ``corpus``: a path or a list of them: text files, plain or .gz, or folders of them (corpus.files_of: their
@@ -66,17 +66,24 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     - ``checkpoint_every``: minutes between checkpoints (0: only on SIGTERM or SIGUSR1);
     - ``final_checkpoint``: keep W_in and W_out at the last step, for queries and --resume on any rank count;
     - ``resume``: go on from the newest good checkpoint in ``out`` (from step 0 when there is none);
+    - ``overwrite``: start over in an ``out`` that holds a run (finished, interrupted or stalled): its
+      checkpoints and vectors are removed once this run's checks pass; without it (or ``resume``) such a
+      folder is refused;
     - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin), one or a list;
     - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars.
+
+    One job per run folder: rank 0 holds ``out``'s lock (hvd_w2v/runlock.py) from before anything is written
+    to the end, and another job into ``out`` is refused naming it. What the run prepares (vocab.txt, ids/) is
+    written into OUT/.staging and moved into place only once the run is known to go ahead (--resume's
+    checkpoint found compatible), so a refused run leaves the folder as it was.
 
     A SIGTERM or SIGUSR1 writes a checkpoint at the next agreed step and raises checkpoint.Interrupted on every
     rank (the job should then exit with checkpoint.EXIT_INTERRUPTED, 75, and be run again with resume=True);
     from then on the process ignores those signals, so that a launcher's later SIGTERM cannot turn the exit
     code into 143.
     """
-    from . import checkpoint, memory
+    from . import memory
     from .config import Config
-    from .watchdog import io_budget
 
     unknown_options(config)
     cfg = Config(**config)
@@ -91,25 +98,40 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
         raise UserError(f"format must be one or both of {', '.join(FORMATS)}, got {', '.join(format) or 'none'}")
     limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
+    _rule(cfg).check_layout(cfg, saver.comm.size)  # before the lock: nothing to release
+    lock = hold(saver.comm, out, "train", resume=resume, overwrite=overwrite)
+    try:
+        return _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet,
+                      tensorboard)
+    finally:
+        release(saver.comm, lock, out)
+
+
+def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
+    """:func:`train` once ``out``'s lock is held."""
+    from . import checkpoint, memory
+    from .watchdog import io_budget
+
     comm, say = saver.comm, saver.log
-    _rule(cfg).check_layout(cfg, comm.size)
+    stage = staging(comm, out)
     record = {}  # OUT/run.json
     if comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
-        comm.watchdog.on_stall = lambda info: _record_stall(out, record, info, saver)
+        # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
+        comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
     planned = []
     paths, voc = vocabulary(comm, corpus, out, cfg, check=lambda paths, voc: planned.append(
-        memory_plan(comm, cfg, voc, paths, limit)), quiet=quiet)
+        memory_plan(comm, cfg, voc, paths, limit)), quiet=quiet, into=stage)
     if tensorboard:
         from . import runfolder
 
         runfolder.writable(comm, tensorboard, shared=False)  # rank 0 alone writes the scalars
-    stream = encode(comm, paths, voc, out, quiet)
+    stream = encode(comm, paths, voc, stage, quiet)
     say(f"prepared in {time.monotonic() - t0:.1f} s")
 
     try:
-        model, stats = _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, quiet,
-                                        tensorboard)
+        model, stats, stream = _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, resume,
+                                                quiet, tensorboard)
     except checkpoint.Interrupted as e:
         _record(comm, out, record, state="interrupted", steps_done=e.step, checkpoint=e.path)
         say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
@@ -184,9 +206,11 @@ def start(cfg=None, threads=None, stall_timeout=None):
                          stall_timeout=stall_timeout)
 
 
-def vocabulary(comm, corpus, out, cfg, check=None, quiet=False):
+def vocabulary(comm, corpus, out, cfg, check=None, quiet=False, into=None):
     """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
-    corpus) and write it as OUT/vocab.txt ("word count" lines, most frequent first). Returns (paths, Vocab).
+    corpus) and write it as vocab.txt ("word count" lines, most frequent first) into the folder ``into``
+    (None: ``out``; train and the vocab and encode commands give their :func:`staging` folder, moved into
+    place by :func:`commit`). Returns (paths, Vocab).
 
     ``check(paths, vocab)``, when given, runs once the vocabulary is known and before anything is written to
     ``out``: it may raise UserError on every rank (the memory plan does). ``quiet``: no progress lines while
@@ -205,10 +229,106 @@ def vocabulary(comm, corpus, out, cfg, check=None, quiet=False):
     voc = vocab.build(comm, paths, cfg, say, reading=not quiet)
     if check:
         check(paths, voc)
-    name = os.path.join(out, "vocab.txt")
+    name = os.path.join(into or out, "vocab.txt")
     export_mod.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
-    say(f"vocab: {name}")
+    say(f"vocab: {os.path.join(out, 'vocab.txt')}")
     return paths, voc
+
+
+def hold(comm, out, command, resume=False, overwrite=False):
+    """Rank 0 takes ``out``'s lock (hvd_w2v/runlock.py), before anything is written there, and refuses a run
+    that would replace one the folder holds: a fresh ``train`` (neither ``resume`` nor ``overwrite``), or
+    ``vocab``/``encode`` (``command``) without ``overwrite``. The outcome is agreed: UserError on every rank.
+    Returns the runlock.Lock on rank 0, None elsewhere; :func:`release` it. Collective."""
+    from . import runfolder, runlock
+    from .comm import log
+    from .errors import UserError
+
+    lock, error = None, None
+    # The other ranks wait here while rank 0 may wait for a requeued job's previous run: not a stall.
+    before = comm.watch.enter("lock", budget=runlock.wait_seconds() + 60)
+    if comm.rank == 0:
+        try:
+            lock = runlock.acquire(out, lambda m: log(comm, m))
+            held = runfolder.existing_run(out)
+            if held and not resume and not overwrite:
+                files = "vocab.txt and ids/" if command == "encode" else "vocab.txt"
+                ways = ("continue it with --resume, train into another --out, or start over with --overwrite "
+                        "(removes its checkpoints and vectors)" if command == "train" else
+                        f"give another --out, or --overwrite to replace its {files} (its checkpoints then no "
+                        f"longer match)")
+                raise UserError(f"{out} holds {held}; {ways}")
+        except UserError as e:
+            error = str(e)
+            if lock:
+                lock.release()
+    comm.agree(error)
+    comm.watch.leave(before)
+    return lock
+
+
+def release(comm, lock, out):
+    """Remove what a run left in OUT/.staging (a refused or failed run's) and rank 0's lock (None elsewhere).
+    Not collective: called on every path out of a run, when no rank writes into ``out`` any more."""
+    import shutil
+
+    if lock is not None:
+        shutil.rmtree(os.path.join(out, ".staging"), ignore_errors=True)
+        lock.release()
+
+
+def staging(comm, out):
+    """OUT/.staging, emptied by rank 0 of what an earlier job left there (the lock is held), where a run
+    writes what it prepares before it is known to go ahead. Collective (one agreement)."""
+    import shutil
+
+    stage, error = os.path.join(out, ".staging"), None
+    if comm.rank == 0:
+        try:
+            shutil.rmtree(stage, ignore_errors=True)
+            os.makedirs(stage)
+        except OSError as e:
+            error = f"cannot write {stage}: {e.strerror}"
+    comm.agree(error)
+    return stage
+
+
+def commit(comm, stage, out, stream=None, start_over=False):
+    """Move what ``stage`` holds (vocab.txt, ids/) into ``out``, replacing the earlier ones, and remove
+    ``stage``; with ``start_over`` also the earlier run's checkpoints and vectors. Rank 0 renames (each
+    rename atomic); the outcome is agreed. Returns the id stream of OUT/ids when ``stream`` (the staged one)
+    is given. Collective."""
+    import shutil
+
+    from . import checkpoint
+    from .comm import log
+    from .encode import TokenStream
+
+    error = None
+    if comm.rank == 0:
+        try:
+            root = os.path.join(out, "checkpoints")
+            if start_over and checkpoint.scan(root):
+                log(comm, f"overwrite: removing the earlier run's checkpoints ({root}) and vectors")
+            if start_over:
+                shutil.rmtree(root, ignore_errors=True)
+                for name in os.listdir(out):
+                    if name.startswith("vectors") and name.endswith((".txt", ".bin")):
+                        os.remove(os.path.join(out, name))
+            if os.path.exists(os.path.join(stage, "vocab.txt")):
+                os.replace(os.path.join(stage, "vocab.txt"), os.path.join(out, "vocab.txt"))
+            if os.path.isdir(os.path.join(stage, "ids")):
+                if os.path.exists(os.path.join(out, "ids")):
+                    os.rename(os.path.join(out, "ids"), os.path.join(stage, "ids.old"))
+                os.rename(os.path.join(stage, "ids"), os.path.join(out, "ids"))
+            shutil.rmtree(stage, ignore_errors=True)
+        except OSError as e:
+            error = f"cannot move {stage} into {out}: {e.strerror}"
+    comm.agree(error)
+    if stream is None:
+        return None
+    stream.close()
+    return TokenStream(os.path.join(out, "ids"))
 
 
 def corpus_files(comm, paths, say):
@@ -331,9 +451,11 @@ def _saver(out, cfg, threads, stall_timeout, checkpoint_every):
     return saver
 
 
-def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, quiet, tensorboard):
-    """training.train from scratch, or with ``resume`` from the newest good checkpoint of this run. Starts the
-    run's ``record``: its meta, ranks, corpus and state "training". Returns (ShardedModel, stats)."""
+def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, resume, quiet, tensorboard):
+    """training.train from scratch, or with ``resume`` from the newest good checkpoint of this run, once the
+    staged vocab.txt and ids/ (in ``stage``) are moved into ``out`` (:func:`commit`: after --resume's checks,
+    so a refused resume leaves the run as it was). Starts the run's ``record``: its meta, ranks, corpus and
+    state "training". Returns (ShardedModel, stats, the id stream of OUT/ids)."""
     from . import checkpoint
     from . import training
     from .progress import Progress
@@ -342,7 +464,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
     say = saver.log
     # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
     comm.watch.enter("load")
-    vocab_sha = checkpoint.file_sha256(comm, os.path.join(out, "vocab.txt"))
+    vocab_sha = checkpoint.file_sha256(comm, os.path.join(stage, "vocab.txt"))
     resumed = None
     if resume:
         resumed = checkpoint.latest(comm, saver.root, RowPlan(voc.size, comm.size), cfg, voc.size, vocab_sha,
@@ -355,9 +477,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
                 f"(written on {counted(resumed.ranks, 'rank')})")
         else:
             say(f"resume: no checkpoint under {saver.root}; starting at step 0")
-    elif comm.rank == 0 and checkpoint.scan(saver.root):
-        say(f"checkpoint: {saver.root} holds checkpoints of an earlier run; this run starts at step 0 and "
-            f"replaces them with its first checkpoint (use --resume to continue that run instead)")
+    stream = commit(comm, stage, out, stream, start_over=not resume)
     run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
     saver.begin(run_meta, resumed)
     from . import __version__
@@ -367,7 +487,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, paths, record, resume, 
     # The same object on every rank: with TensorBoard each report is collective (training.train's contract).
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
-                          rule=_rule(cfg))
+                          rule=_rule(cfg)) + (stream,)
 
 
 def _rule(cfg):

@@ -38,6 +38,22 @@ def holds_a_run(path):
                                        for name in (RECORD, "vocab.txt", "ids", CHECKPOINTS))
 
 
+def existing_run(path):
+    """What run folder ``path`` holds that a new run would replace, as a message names it ("a finished run
+    (78 of 78 steps, run.json)"), or None: a record (run.json) or checkpoints. A folder of vocab.txt and
+    ids/ alone (`hvd-w2v vocab`, `encode`) holds no run. Not collective: reads files only."""
+    record = read_record(path)
+    found = checkpoint.scan(os.path.join(path, CHECKPOINTS)) if os.path.isdir(path) else []
+    if record is None and not found:
+        return None
+    if record is None:
+        return f"the checkpoints of a run ({counted(len(found), 'checkpoint')}, newest step {found[0][0]:,})"
+    state = record.get("state", "unknown")
+    done, total = record.get("steps_done"), record.get("total_steps")
+    steps = f"{done:,} of {total:,} steps, " if isinstance(done, int) and isinstance(total, int) else ""
+    return f"{'an' if state[:1] in 'aeiou' else 'a'} {state} run ({steps}updated {record.get('updated', '?')})"
+
+
 def writable(comm, out, shared=True, name="--out"):
     """Create the folder ``out`` and check that it can be written; UserError on every rank otherwise.
 
@@ -358,6 +374,11 @@ def describe(path, verify=False):
             if os.path.exists(p):
                 lines.append(f"  {name}: {_word2vec_header(p)}, {_size(os.path.getsize(p))}")
         lines.append(f"  checkpoints: {len(folders) or 'none'}" + (" (newest first)" if folders else ""))
+        from . import runlock
+
+        holder = runlock.read(run)
+        if holder is not None:
+            lines.append(f"  in use: {runlock.NAME} held by {runlock.describe(holder)}")
     vocab_checked = {}
     for folder in folders:
         try:

@@ -129,6 +129,7 @@ def test_sigusr1_to_mpirun_then_resume_equals_the_uninterrupted_run(corpus, refe
     step = only_checkpoint(tmp_path)
     assert f"interrupted: checkpoint {tmp_path}/checkpoints/step-{step:09d} at step {step}" in output
     assert not (tmp_path / "vectors.bin").exists()  # stopped before the export
+    assert not (tmp_path / ".hvd-w2v.lock").exists() and not (tmp_path / ".staging").exists()  # released on 75
     assert saved < 10, "the signal was not acted on within a few seconds"
     result = train(corpus, tmp_path, 2, "--resume")
     assert f"resume: step {step} of {STEPS} from {tmp_path}/checkpoints/step-{step:09d}" in result.output

@@ -57,7 +57,7 @@ def write_files(folder):
             for j in range(10):
                 if i != j:
                     f.write(f"P{i} q{i} p{j} Q{j}\n")
-        f.write("p1 q1 zzz q2\nnot a question\n")  # one out of vocabulary; one ignored (3 words)
+        f.write("p1 q1 zzz q2\nnot a question\n\n")  # one out of vocabulary; one malformed (line 124); blank
     rng = np.random.default_rng(1)
     lines = ["# word1\tword2\tscore"]
     for _ in range(60):
@@ -65,6 +65,7 @@ def write_files(folder):
         gold = float(vectors[a] @ vectors[b] / np.linalg.norm(vectors[a]) / np.linalg.norm(vectors[b]))
         lines.append(f"{words[a].upper()}\t{words[b]}\t{gold + rng.normal(scale=0.3):.2f}")
     lines += ["x9\ty0\t5.0", "zzz\tx1\t3.0", "Q3\tq3\t1.0", "foo\tbar\t2.0"]
+    lines += ["x1\tx2", "x3\tx4\tmany"]  # malformed, lines 66 and 67: skipped (gensim logs them), counted
     open(f"{folder}/pairs.tsv", "w").write("\n".join(lines) + "\n")
     open(f"{folder}/pairs.txt", "w").write("\n".join(x.replace("\t", "  ") for x in lines) + "\n")
     with open(f"{folder}/v.bin", "rb") as f:
@@ -73,6 +74,8 @@ def write_files(folder):
     open(f"{folder}/cut.txt", "w").write("".join(open(f"{folder}/v.txt").readlines()[:-3]))
     open(f"{folder}/junk.txt", "w").write("hello world\n")
     open(f"{folder}/badnum.txt", "w").write("2 2\na 0.1 0.2\nb 0.1 x\n")
+    open(f"{folder}/noquestions.txt", "w").write(": s\nx0 y0 x1\n\nx0 y0\n")
+    open(f"{folder}/nopairs.tsv", "w").write("word1\tword2\tscore\nx0\ty0\nx0\ty0\tmuch\n")
 
 
 def gensim_cosmul(kv, path, restrict):
@@ -127,6 +130,7 @@ def test_scores_match_gensim(comm, nranks, tmp_path_factory, capsys):
         assert planted[1] == planted[2] == 24  # holds by construction; the 6 questions with x9/y9 skipped
         assert 0 < got["sections"][1][1] < got["sections"][1][2] == 90  # noisy: some right, some wrong
         assert got["skipped"] == 6 + 1 and got["questions"] == 30 + 90 + 1
+        assert got["malformed"] == (1, 124)
 
         mul = analogies(vectors, q, restrict=RESTRICT, method="3cosmul")
         assert mul["sections"] == gensim_cosmul(kv, q, RESTRICT)
@@ -137,6 +141,7 @@ def test_scores_match_gensim(comm, nranks, tmp_path_factory, capsys):
             _, (spearman, _), oov_ratio = kv.evaluate_word_pairs(f"{folder}/pairs.tsv")
             assert sim["spearman"] == pytest.approx(spearman, abs=1e-12) and sim["spearman"] > 0.5
             assert (sim["pairs"], sim["oov"]) == (62, 2) and oov_ratio == pytest.approx(100 * 2 / 64)
+            assert sim["malformed"] == (2, 66)
 
         near = vectors.neighbors([b"x0", b"nope"], topn=5)
         if c.rank == 0:
@@ -152,10 +157,18 @@ def test_scores_match_gensim(comm, nranks, tmp_path_factory, capsys):
     out = capsys.readouterr().out
     if c.rank == 0:
         assert "3cosadd, top 239" in out and "24/24 correct" in out
-        assert "62 pairs" in out and "2 out of vocabulary" in out
+        assert "62 pairs" in out and "2 out of vocabulary, 2 malformed (first: line 66)" in out
+        assert "7 skipped, 1 malformed (first: line 124)" in out
         assert "nope: not in the vocabulary" in out and "\nx0: " in out
     else:
         assert out == ""
+
+    # A test file with no valid line is an error naming its malformed lines (the header line is not one).
+    with pytest.raises(UserError, match=r"noquestions.txt holds no analogy questions .*: 2 malformed \(first: "
+                                        r"line 2\)"):
+        analogies(vectors, f"{folder}/noquestions.txt")
+    with pytest.raises(UserError, match=r"nopairs.tsv holds no word pairs .*: 2 malformed \(first: line 2\)"):
+        similarity(vectors, f"{folder}/nopairs.tsv")
 
     for bad, message in [("missing.bin", "cannot read"), ("junk.txt", "not a word2vec file"),
                          ("cut.bin", "is truncated"), ("cut.txt", "is truncated"), ("badnum.txt", "not a number")]:

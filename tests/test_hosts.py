@@ -269,6 +269,59 @@ def test_out_on_node_local_disks(hosts, corpus, disk):
                       f"(NFS)"], r.output
 
 
+# The run folder's lock (hvd_w2v/runlock.py) as a job holds it, in a process of one host, and its takeover.
+HOLD = """import sys, time
+from hvd_w2v import runlock
+lock = runlock.acquire(sys.argv[1])
+print("held", flush=True)
+time.sleep(120)
+"""
+PROBE = """import sys
+from hvd_w2v import runlock
+from hvd_w2v.errors import UserError
+try:
+    runlock.acquire(sys.argv[1], print, wait=0).release()
+    print("acquired")
+except UserError as e:
+    print(f"refused: {e}")
+"""
+
+
+def test_one_job_per_run_folder_across_hosts(hosts, corpus, tmp_path):
+    """A lock held on nodeA refuses a job on nodeB (one launch), naming nodeA; once its holder is killed, its
+    pid proves nothing on nodeB (refused still), nodeA itself takes it over (no such process there), and a
+    heartbeat older than the limit lets nodeB take it over."""
+    import json
+
+    from hvd_w2v import runlock
+
+    out = tmp_path / "out"
+    holder = hosts.popen("nodeA", [sys.executable, "-c", HOLD, out], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        held = json.loads((out / runlock.NAME).read_text())
+        assert held["host"] == "nodeA"
+        r = hosts.run("nodeB", [ROOT / "mpi" / "launch", "-n", 1, "hvd-w2v", "train", corpus, "--out", out,
+                                *OPTIONS], timeout=90, env={"PYTHONUNBUFFERED": "1"})
+        errors = [line for line in r.output.splitlines() if line.startswith("hvd-w2v: error:")]
+        assert r.returncode == 2 and len(errors) == 1, r.output
+        assert f"{out} is in use by another job (host nodeA, pid {held['pid']}, started" in errors[0], r.output
+        assert sorted(os.listdir(out)) == [runlock.NAME], "the refused job wrote into the folder"
+    finally:
+        kill_group(holder)
+    probe = lambda host: hosts.run(host, [sys.executable, "-c", PROBE, out], timeout=30).output  # noqa: E731
+    assert probe("nodeB").startswith(f"refused: {out} is in use by another job (host nodeA, pid {held['pid']}")
+    deadline = time.monotonic() + 20  # the holder, killed from outside the sandbox, is reaped there soon after
+    while (said := probe("nodeA")).startswith("refused") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert f"no process {held['pid']} on this host" in said and said.endswith("acquired\n"), said
+    (out / runlock.NAME).write_text(json.dumps(dict(held, heartbeat=time.time() - runlock.STALE_SECONDS - 10)))
+    said = probe("nodeB")
+    assert re.search(r"took over .* from host nodeA, .*: its heartbeat is \d+ s old", said) and \
+        said.endswith("acquired\n"), said
+
+
 def test_a_host_without_the_corpus(hosts, corpus, tmp_path):
     r = launch(hosts, 2, {"nodeA": 1, "nodeD": 1}, ["hvd-w2v", "train", corpus, "--out", tmp_path / "out",
                                                     *OPTIONS], timeout=90)
