@@ -72,7 +72,7 @@ def run(corpus, sg, threads, out):
     """One job; returns {row: microseconds a step} for the loop, each phase and the rest."""
     cmd = [*one_core(threads), sys.executable, "-m", "hvd_w2v.bench.loop", "--child", corpus, "--epochs", "1",
            "--out", out, "--threads", str(threads), "--quiet", "--show", "", "--format", "binary",
-           "--no-final-checkpoint", *([] if sg else ["--cbow"])]
+           "--no-final-checkpoint", "--overwrite", *([] if sg else ["--cbow"])]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
     if done.returncode:

@@ -55,7 +55,7 @@ def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):
 def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
     cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "train", corpus, "--out", out,
            "--epochs", str(epochs), "--seed", str(seed), "--format", "binary", "--show", "", "--quiet",
-           "--no-final-checkpoint", *extra]
+           "--no-final-checkpoint", "--overwrite", *extra]
     if arch == "cbow":
         cmd.append("--cbow")
     t = time.monotonic()

@@ -101,7 +101,7 @@ def train(corpus, ranks, out, args, extra=(), preexec=None):
     """One `hvd-w2v train` job; returns (exit code, its output). Its folder is removed afterwards (a model
     of this size exports gigabytes)."""
     cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "train", corpus, "--out", out,
-           "--epochs", "1", "--dim", str(args.dim), "--format", "binary", "--show", "", "--quiet", *extra]
+           "--epochs", "1", "--dim", str(args.dim), "--format", "binary", "--show", "", "--quiet", "--overwrite", *extra]
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, preexec_fn=preexec,
                               timeout=args.timeout, env=checkout_env())

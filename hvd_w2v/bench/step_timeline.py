@@ -102,7 +102,7 @@ def main(argv=None):
         cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(args.ranks), "--timeout", "3600", sys.executable,
                "-m", "hvd_w2v.bench.step_timeline", "--child", stem, "train", corpus, "--out",
                os.path.join(args.out, "run"), "--epochs", str(args.epochs), "--quiet", "--show", "", "--format",
-               "binary", "--no-final-checkpoint", *args.hvd_option]
+               "binary", "--no-final-checkpoint", "--overwrite", *args.hvd_option]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         speed = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("done: ") and
                  "words/s" in line]

@@ -110,7 +110,7 @@ def hvd_command(corpus, ranks, epochs, sg, name, workdir, extra, threads=1):
     """The `mpi/launch ... hvd-w2v train` command of one job, its run folder ``workdir``/``name``."""
     return [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", str(threads), "--timeout", "3600",
             "hvd-w2v", "train", corpus, "--out", os.path.join(workdir, name), "--epochs", str(epochs),
-            "--format", "binary", "--show", "", "--quiet", *([] if sg else ["--cbow"]), *extra]
+            "--format", "binary", "--show", "", "--quiet", "--overwrite", *([] if sg else ["--cbow"]), *extra]
 
 
 def figures(text):
