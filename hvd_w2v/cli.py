@@ -301,7 +301,7 @@ def add_train_options(p):
                    help="with --shards: positions of each shard per super-step (default: %(default)s)")
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
-                        "min(1, cap/m); 1 averages them (default: %(default)s)")
+                        "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")
     r.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
                    help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
                         "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")

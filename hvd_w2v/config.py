@@ -42,10 +42,11 @@ class Config:
     shards: int = 0
     superstep: int = 4096  # positions of each shard per super-step
     # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
-    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's), a large cap adds them. 2: the sum
-    # at 2 shards, which scored as the exact step, and the best of 1, 2 and 4 at 4 shards; the mean lost at every
-    # shard count (`python -m hvd_w2v.bench.quality --variant ...`; hvd_w2v/bench/README.md, "Shard-local SGD").
-    merge_cap: float = 2.0
+    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them, which
+    # scored as the exact step where a super-step covers about 4,096 positions (2 and 64 shards), where the mean
+    # and a cap of 2 lost; larger super-steps lost with every cap, and the sum diverged there (`python -m
+    # hvd_w2v.bench.quality --variant ...`; hvd_w2v/bench/README.md, "Shard-local SGD").
+    merge_cap: float = 0.0
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
@@ -77,7 +78,7 @@ class Config:
             (self.span == 0 or self.span >= self.window, f"--span must be 0 or at least --window, got {self.span}"),
             (0 <= self.shards <= 1 << 24, f"--shards must be 0 (the exact step) or 1..16777216, got {self.shards}"),
             (1 <= self.superstep <= 1 << 24, f"--superstep must be in 1..16777216, got {self.superstep}"),
-            (self.merge_cap > 0, f"--merge-cap must be more than 0, got {self.merge_cap}"),
+            (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
         ]
         for ok, message in checks:
             if not ok:

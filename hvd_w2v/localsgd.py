@@ -6,7 +6,7 @@ word2vec.c's threads each own a part of the file. Super-step ``k`` of an epoch c
 ``k S .. (k + 1) S`` of every shard's part (``S = cfg.superstep``). In it, every shard runs SGD over its
 centres, in order, on a private copy of the rows they touch, every update seeing the ones before it
 (localsgd_kernel.cc); its deltas (the copy less the super-step's snapshot) go to the rows' owners, who add
-them, each row's sum over the ``m`` shards that touched it scaled by ``min(1, cfg.merge_cap / m)``
+them, each row's sum over the ``m`` shards that touched it scaled by ``min(1, cfg.merge_cap / m)`` (0: not)
 (training.CappedAdd, with shard counts for SGD counts). Then the next super-step's rows are fetched.
 
 Rank ``r`` of ``P`` hosts the shards ``[V r / P, V (r + 1) / P)`` and runs them on its threads. Everything a
@@ -85,7 +85,7 @@ class LocalSGD:
         self.check_layout(cfg, plan.ranks)
         self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
         self.lib = native.local_sgd_kernel()
-        self.apply = CappedAdd(float(cfg.merge_cap), threads)
+        self.apply = CappedAdd(float(cfg.merge_cap or "inf"), threads)  # 0: no cap, the sum
         self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads)
 
     @staticmethod
@@ -102,7 +102,7 @@ class LocalSGD:
 
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
-                f"({self.hosted:,} here); merge cap {self.cfg.merge_cap:g}; shard SGD: "
+                f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}; shard SGD: "
                 f"{'compiled' if self.lib is not None else 'numpy'}")
 
 
