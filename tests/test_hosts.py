@@ -141,7 +141,7 @@ def test_shard_local_sgd_gives_the_same_vectors_on_one_host_and_on_two(hosts, co
     got = {}
     for name, n, slots in [("1x1", 1, {"nodeA": 1}), ("2x2", 4, {"nodeA": 2, "nodeB": 2})]:
         out = tmp_path / name
-        r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, "--epochs", "5", "--shards", "4",
+        r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, "--epochs", "2", "--shards", "4",
                                      "--superstep", "1024"], env=SHARED_CORES)
         assert r.returncode == 0, r.output
         got[name] = vectors(out)
