@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import localsgd, native, plan
+from . import batches, native, plan
 from .config import Config
 from .errors import UserError
 from .shard import RowPlan
@@ -49,8 +49,8 @@ def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
     stride = max(s, n // (nodes * threads))
     for t in range(threads):
         lo = (node * (n // nodes) + t * stride + at * s) % max(n - s, 1)
-        parts.append(localsgd.batches.build(stream, voc, cfg, 0, lo, min(n, lo + s)))
-    batch = localsgd.batches.Batch(*(np.concatenate([getattr(p, f) for p in parts])
+        parts.append(batches.build(stream, voc, cfg, 0, lo, min(n, lo + s)))
+    batch = batches.Batch(*(np.concatenate([getattr(p, f) for p in parts])
                                      for f in ("centres", "contexts", "negatives")))
     return StepPlan.of(batch, RowPlan(voc.size, nodes), n_hot, cfg.sg, 1)
 
@@ -64,7 +64,7 @@ def measure_thread(corpus, cfg, repeats=9):
         raise UserError(f"plan: the compiled shard SGD is not available here: {native.unavailable('localsgd_kernel')}")
     stream, voc = corpus.stream, corpus.vocab
     lo = len(stream) // 2
-    batch = localsgd.batches.build(stream, voc, cfg, 0, lo, min(len(stream), lo + cfg.superstep))
+    batch = batches.build(stream, voc, cfg, 0, lo, min(len(stream), lo + cfg.superstep))
     step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
     rows = np.random.default_rng(0).uniform(-0.5, 0.5, (step.table, cfg.dim)).astype(np.float32) / cfg.dim
     rows[len(step.keys):] = 0
