@@ -71,58 +71,67 @@ inline void gradients(const float* l1, float* const* l2, int64_t k1, int64_t d, 
 // A target slot that trains nothing: no target, or a noise word equal to the centre.
 inline bool skipped(const int32_t* ts, int k, int32_t none) { return ts[k] == none || (k > 0 && ts[k] == ts[0]); }
 
-// One shard's private rows: ``at[r]`` is the place of table row r in ``copy`` (-1: not copied yet), and
-// ``order`` the rows copied, so the deltas can be listed in row order at the end. Kept from call to call (a
-// thread's, reused by every shard it runs): fresh buffers would be fresh pages every super-step.
+// One shard's private rows, kept from call to call (a thread's, reused by every shard it runs: fresh buffers
+// would be fresh pages every super-step). ``at[r]`` is the place of table row r in ``copy`` (-1: the shard
+// does not touch it); ``ctx`` and ``tgt`` are the shard's examples with places for row indices (-1: nothing).
 struct Copy {
   std::vector<int32_t> at;
-  std::vector<int32_t> order;
+  std::vector<int32_t> order;  // the rows touched, in the order of their places
   std::vector<float> copy;
-  int64_t d = 0;
-  // Ready for a shard of at most ``most`` distinct rows of a table of T: sized once, so that the pointers
-  // row() hands out stay valid through the shard.
-  void begin(int64_t T, int64_t dim, int64_t most) {
+  std::vector<int32_t> ctx, tgt;
+
+  // Places for the rows shard [lo, hi) touches, in the order it first names them, and their copies from
+  // the snapshot. One pass before the SGD: its reads of scattered snapshot rows are independent of each other,
+  // so the memory serves many at once, where copying each row on first use inside the SGD loop waited on
+  // each in turn.
+  void begin(const float* rows, int64_t T, int64_t d, const int32_t* cs, int64_t w, const int32_t* ts,
+             int64_t k1, int64_t lo, int64_t hi) {
+    const int32_t none = static_cast<int32_t>(T - 1);
     if (static_cast<int64_t>(at.size()) < T) at.assign(T, -1);
-    if (static_cast<int64_t>(copy.size()) < most * dim) copy.resize(most * dim);
+    for (int32_t r : order) at[r] = -1;  // the shard before's marks
     order.clear();
-    d = dim;
-  }
-  // The private row of table row r, copied from the snapshot on first use.
-  float* row(int32_t r, const float* rows) {
-    int32_t& place = at[r];
-    if (place < 0) {
-      place = static_cast<int32_t>(order.size());
-      order.push_back(r);
-      std::memcpy(copy.data() + place * d, rows + static_cast<int64_t>(r) * d, d * sizeof(float));
+    const int64_t n = hi - lo;
+    ctx.resize(n * w), tgt.resize(n * k1);
+    auto place = [&](int32_t r) {
+      int32_t& p = at[r];
+      if (p < 0) p = static_cast<int32_t>(order.size()), order.push_back(r);
+      return p;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t* c = cs + (lo + i) * w;
+      const int32_t* t = ts + (lo + i) * k1;
+      for (int64_t k = 0; k < k1; ++k) tgt[i * k1 + k] = skipped(t, k, none) ? -1 : place(t[k]);
+      for (int64_t j = 0; j < w; ++j) ctx[i * w + j] = c[j] == none ? -1 : place(c[j]);
     }
-    return copy.data() + static_cast<int64_t>(place) * d;
+    if (copy.size() < order.size() * d) copy.resize(order.size() * d);
+    for (size_t e = 0; e < order.size(); ++e) {
+      const float* from = rows + static_cast<int64_t>(order[e]) * d;
+      float* to = copy.data() + e * d;
+#pragma omp simd
+      for (int64_t x = 0; x < d; ++x) to[x] = from[x];
+    }
   }
 };
 
-// A finished shard's deltas: rows in increasing order and their deltas, [rows, d].
-struct Deltas {
-  std::vector<int32_t> rows;
-  std::vector<float> delta;
-  double loss = 0, count = 0;
-};
-
-// Shard [lo, hi)'s SGD on ``mine``, its deltas into ``out``.
-void shard(bool sg, const float* rows, int64_t d, int32_t none, float alpha, const int32_t* ctx, int64_t w,
-           const int32_t* tgt, int64_t k1, int64_t lo, int64_t hi, Copy& mine, Deltas& out) {
-  mine.begin(none + 1, d, std::min<int64_t>(none, (hi - lo) * (w + k1)));
+// Shard [lo, hi)'s SGD on its copy ``mine``; returns its loss and count.
+void shard(bool sg, const float* rows, int64_t T, int64_t d, float alpha, const int32_t* ctx, int64_t w,
+           const int32_t* tgt, int64_t k1, int64_t lo, int64_t hi, Copy& mine, double* loss_out, double* count_out) {
+  mine.begin(rows, T, d, ctx, w, tgt, k1, lo, hi);
   std::vector<float> work(d), hidden(d), grad(k1);
   std::vector<float*> l2(k1);
+  float* copy = mine.copy.data();
+  auto row = [&](int32_t p) { return copy + static_cast<int64_t>(p) * d; };
   double loss = 0, count = 0;
-  for (int64_t i = lo; i < hi; ++i) {
-    const int32_t* cs = ctx + i * w;
-    const int32_t* ts = tgt + i * k1;
-    for (int64_t k = 0; k < k1; ++k) l2[k] = skipped(ts, k, none) ? nullptr : mine.row(ts[k], rows);
+  for (int64_t i = 0; i < hi - lo; ++i) {
+    const int32_t* cs = mine.ctx.data() + i * w;
+    const int32_t* ts = mine.tgt.data() + i * k1;
+    for (int64_t k = 0; k < k1; ++k) l2[k] = ts[k] < 0 ? nullptr : row(ts[k]);
     if (sg) {
       // word2vec.c's skip-gram: each context word's W_in row against the centre's and the noise words' W_out
       // rows; the W_out rows change at once, the W_in row after its targets (neu1e).
       for (int64_t j = 0; j < w; ++j) {
-        if (cs[j] == none) continue;
-        float* l1 = mine.row(cs[j], rows);
+        if (cs[j] < 0) continue;
+        float* l1 = row(cs[j]);
         gradients(l1, l2.data(), k1, d, alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int64_t k = 0; k < k1; ++k) {
@@ -137,8 +146,8 @@ void shard(bool sg, const float* rows, int64_t d, int32_t none, float alpha, con
       int m = 0;
       std::fill(hidden.begin(), hidden.end(), 0.f);
       for (int64_t j = 0; j < w; ++j) {
-        if (cs[j] == none) continue;
-        axpy(1.f, mine.row(cs[j], rows), hidden.data(), d);
+        if (cs[j] < 0) continue;
+        axpy(1.f, row(cs[j]), hidden.data(), d);
         ++m;
       }
       if (m == 0) continue;
@@ -152,24 +161,11 @@ void shard(bool sg, const float* rows, int64_t d, int32_t none, float alpha, con
       }
       // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
       for (int64_t j = 0; j < w; ++j)
-        if (cs[j] != none) axpy(1.f, work.data(), mine.row(cs[j], rows), d);
+        if (cs[j] >= 0) axpy(1.f, work.data(), row(cs[j]), d);
       count += 1;
     }
   }
-  // The deltas in row order, and the copy's marks cleared for the next shard.
-  std::vector<int32_t> order = mine.order;
-  std::sort(order.begin(), order.end());
-  out.rows = order;
-  out.delta.resize(order.size() * d);
-  for (size_t e = 0; e < order.size(); ++e) {
-    const int32_t r = order[e];
-    const float* now = mine.copy.data() + static_cast<int64_t>(mine.at[r]) * d;
-    const float* before = rows + static_cast<int64_t>(r) * d;
-    float* o = out.delta.data() + e * d;
-    for (int64_t x = 0; x < d; ++x) o[x] = now[x] - before[x];
-  }
-  for (int32_t r : order) mine.at[r] = -1;
-  out.loss = loss, out.count = count;
+  *loss_out = loss, *count_out = count;
 }
 
 std::vector<Copy> copies;  // a thread's (the library's: a rank calls from one Python thread)
@@ -193,26 +189,31 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
     if (tgt[j] < 0 || tgt[j] > none) return -1;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
   if (static_cast<int>(copies.size()) < team) copies.resize(team);
-  std::vector<Deltas> done(team);
   std::vector<double> loss(shards, 0.0), count(shards, 0.0);
 #pragma omp parallel num_threads(team)
   {
     const int t = omp_get_thread_num();
     const int64_t r0 = (T - 1) * t / team, r1 = (T - 1) * (t + 1) / team;  // this thread's rows of the sum
     std::fill(deltas + r0 * d, deltas + r1 * d, 0.f);
-    // Rounds of ``team`` shards, one a thread; after each, every thread adds the round's deltas into its range
-    // of rows, shard by shard in shard order. So a rank holds a round's deltas, not every shard's.
+    // Rounds of ``team`` shards, one a thread; after each, every thread adds the round's deltas (a copy less
+    // the snapshot) into its range of rows, shard by shard in shard order. So a rank holds a round's copies,
+    // not every shard's.
     for (int64_t first = 0; first < shards; first += team) {
-      if (first + t < shards) {
-        shard(sg, rows, d, none, alpha, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1], copies[t], done[t]);
-        loss[first + t] = done[t].loss, count[first + t] = done[t].count;
-      }
+      if (first + t < shards)
+        shard(sg, rows, T, d, alpha, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1], copies[t],
+              &loss[first + t], &count[first + t]);
 #pragma omp barrier
       for (int64_t s = first; s < std::min(shards, first + team); ++s) {
-        const std::vector<int32_t>& rs = done[s - first].rows;
-        const float* delta = done[s - first].delta.data();
-        for (auto at = std::lower_bound(rs.begin(), rs.end(), r0); at != rs.end() && *at < r1; ++at)
-          axpy(1.f, delta + (at - rs.begin()) * d, deltas + static_cast<int64_t>(*at) * d, d);
+        const Copy& c = copies[s - first];
+        for (size_t e = 0; e < c.order.size(); ++e) {
+          const int64_t r = c.order[e];
+          if (r < r0 || r >= r1) continue;
+          const float* now = c.copy.data() + e * d;
+          const float* before = rows + r * d;
+          float* out = deltas + r * d;
+#pragma omp simd
+          for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
+        }
       }
 #pragma omp barrier
     }

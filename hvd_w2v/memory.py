@@ -132,8 +132,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
 
     With shards (localsgd), a super-step's centres are ``superstep`` positions of each of the rank's
     ``ceil(shards / P)`` shards, and instead of those buffers each thread holds the private copy of the rows of
-    the shard it runs and that shard's deltas until its round's sum (localsgd_kernel.cc), at most a shard's
-    slots or 2V + 1 rows each.
+    the shard it runs until its round's sum, at most a shard's slots or 2V + 1 rows, and that shard's examples
+    renumbered into the copy (int32, a shard's slots; localsgd_kernel.cc).
     """
     hosted = math.ceil(cfg.shards / ranks)
     centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
@@ -142,11 +142,13 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     unique = min(slots, 2 * vocab_size) + 1
     if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
         per_slot, tables = SHARD_BYTES_PER_SLOT, SHARD_UNIQUE_COPIES * unique
-        copies = 2 * min(threads, hosted) * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
+        running = min(threads, hosted)
+        copies = running * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
+        per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
     else:
         per_slot, tables = STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT, STEP_UNIQUE_COPIES * unique
         copies = STEP_SLOT_COPIES * slots + (threads - 1) * unique
-    return STEP_FIXED_BYTES + per_slot * slots + 4 * cfg.dim * (tables + copies)
+    return STEP_FIXED_BYTES + int(per_slot * slots) + 4 * cfg.dim * (tables + copies)
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1):
