@@ -92,16 +92,30 @@ struct Copy {
     order.clear();
     const int64_t n = hi - lo;
     ctx.resize(n * w), tgt.resize(n * k1);
-    auto place = [&](int32_t r) {
-      int32_t& p = at[r];
-      if (p < 0) p = static_cast<int32_t>(order.size()), order.push_back(r);
-      return p;
-    };
+    // Places in row order when the shard names many of the table's rows (marks, then a scan of the table),
+    // so the copy, the deltas' sum and the snapshot are read in increasing row order; else in the order the
+    // shard first names them, which costs no pass over the table. Either way the same sums.
+    if (n * (w + k1) >= (T - 1) / 2) {
+      for (int64_t j = lo * w; j < hi * w; ++j) at[cs[j]] = 0;
+      for (int64_t j = lo * k1; j < hi * k1; ++j) at[ts[j]] = 0;
+      for (int64_t r = 0; r < none; ++r)
+        if (at[r] == 0) at[r] = static_cast<int32_t>(order.size()) + 1, order.push_back(static_cast<int32_t>(r));
+      at[none] = -1;
+      for (int32_t r : order) at[r] -= 1;
+    } else {
+      auto mark = [&](int32_t r) {
+        if (at[r] < 0 && r != none) at[r] = static_cast<int32_t>(order.size()), order.push_back(r);
+      };
+      for (int64_t i = lo; i < hi; ++i) {
+        for (int64_t k = 0; k < k1; ++k) mark(ts[i * k1 + k]);
+        for (int64_t j = 0; j < w; ++j) mark(cs[i * w + j]);
+      }
+    }
     for (int64_t i = 0; i < n; ++i) {
       const int32_t* c = cs + (lo + i) * w;
       const int32_t* t = ts + (lo + i) * k1;
-      for (int64_t k = 0; k < k1; ++k) tgt[i * k1 + k] = skipped(t, k, none) ? -1 : place(t[k]);
-      for (int64_t j = 0; j < w; ++j) ctx[i * w + j] = c[j] == none ? -1 : place(c[j]);
+      for (int64_t k = 0; k < k1; ++k) tgt[i * k1 + k] = skipped(t, k, none) ? -1 : at[t[k]];
+      for (int64_t j = 0; j < w; ++j) ctx[i * w + j] = c[j] == none ? -1 : at[c[j]];
     }
     if (copy.size() < order.size() * d) copy.resize(order.size() * d);
     for (size_t e = 0; e < order.size(); ++e) {
