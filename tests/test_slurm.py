@@ -16,7 +16,8 @@
 Every wait is bounded (cluster start 60 s, each job 150 s), so a broken Slurm fails the test, never hangs it.
 There is no slurmdbd, so states come from `scontrol show job` (the cluster keeps finished jobs an hour).
 Skipped only where a cluster cannot be started at all: not root, or slurm-wlm/munge not installed (mpi/setup
-installs them). Most of its time is TensorFlow starting 3 times (two jobs, one requeued).
+installs them). Most of its time is TensorFlow starting 3 times (two jobs, one requeued), the requeue delay
+(11 s) and the HELD s for which run 2 waits for the lock.
 """
 import json
 import os
