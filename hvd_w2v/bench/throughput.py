@@ -3,6 +3,7 @@ threads, in one run.
 
     python -m hvd_w2v.bench.throughput                      # first 150,000 lines of the real corpus, 3 repeats
     python -m hvd_w2v.bench.throughput --lines 0 --repeats 1  # the whole corpus, once
+    python -m hvd_w2v.bench.throughput --variant "" --variant "--shards=2"  # hvd-w2v's rows per variant
 
 Run from the checkout (hvd-w2v is launched through mpi/launch). Every trainer runs in its own process, one
 after the other, ``--repeats`` times in turn; the table shows medians. Words per second count raw corpus
@@ -14,6 +15,10 @@ examples beside the step) that would otherwise borrow the second core. Ratios co
 with gensim on the same number of cores
 (4 ranks on 2 cores are oversubscribed and compared with 2 workers). Peak memory is the largest resident
 set of one process (per rank for hvd-w2v).
+
+With ``--variant OPTS`` (repeatable), every hvd-w2v row is trained once per variant, with the variant's
+options (space-separated, after ``--hvd-option``'s; "" for none), in turn within each repeat, so that the
+variants share the machine's moods; each row's "vs 1 rank" refers to its own variant's 1 rank.
 
 The last row is the ceiling of 2 ranks on this machine: two 1-rank jobs at once, one per core, each on half of
 the corpus's lines with half a step's positions, so 2 ranks' work with no exchange at all (run_halves). No
@@ -199,6 +204,8 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join("runs", "throughput"))
     p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
                    help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=4096 (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar="OPTS",
+                   help="hvd-w2v options of one more set of hvd-w2v rows, space-separated (repeatable; \"\": none)")
     p.add_argument("--trainers", default=",".join(TRAINERS),
                    help="which rows, comma-separated, from: %(default)s (gensim-1 and hvd-1 are always run: the "
                         "ratios refer to them)")
@@ -218,40 +225,49 @@ def main(argv=None):
     if (os.cpu_count() or 1) < 2 and (CEILING, 2) in trainers:
         trainers.remove((CEILING, 2))  # the pair takes a core each
     halves = split_corpus(corpus, args.out) if (CEILING, 2) in trainers else None  # once, for every repeat
-    runs = {t: [] for t in trainers}
+    variants = args.variant or [""]
+    # (name, n) for gensim; (name, n, variant) for hvd-w2v's rows, one per variant
+    rows = [t if t[0] == "gensim" else (*t, v) for t in trainers for v in ([None] if t[0] == "gensim" else variants)]
+    runs = {t: [] for t in rows}
     for r in range(args.repeats):
-        for name, n in trainers:
+        for t in rows:
+            name, n = t[:2]
+            extra = [*args.hvd_option, *(t[2].split() if len(t) > 2 else [])]
             got = (run_gensim(corpus, n, args.epochs, sg) if name == "gensim"
-                   else run_halves(halves, args.epochs, sg, args.out, args.hvd_option) if name == CEILING
-                   else run_hvd(corpus, 1, args.epochs, sg, args.out, args.hvd_option, threads=n) if name == THREADS
-                   else run_hvd(corpus, n, args.epochs, sg, args.out, args.hvd_option))
-            runs[(name, n)].append(got)
-            print(f"repeat {r + 1}/{args.repeats}: {name} x{n}: {got['words_per_s']:,.0f} words/s",
-                  file=sys.stderr, flush=True)
+                   else run_halves(halves, args.epochs, sg, args.out, extra) if name == CEILING
+                   else run_hvd(corpus, 1, args.epochs, sg, args.out, extra, threads=n) if name == THREADS
+                   else run_hvd(corpus, n, args.epochs, sg, args.out, extra))
+            runs[t].append(got)
+            print(f"repeat {r + 1}/{args.repeats}: {name} x{n}{f' {t[2]}' if len(t) > 2 and t[2] else ''}: "
+                  f"{got['words_per_s']:,.0f} words/s", file=sys.stderr, flush=True)
 
     med = lambda t, k: statistics.median(x[k] for x in runs[t])  # noqa: E731
     peak = lambda t: max(max(x["peak_mib"]) for x in runs[t])  # noqa: E731
     print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epoch(s), {'skip-gram' if sg else 'CBOW'}, "
           f"d100 w5 k5 min_count 5 sample 1e-3; median of {args.repeats} runs; {os.cpu_count()} cores")
-    print(f"{'trainer':28} {'words/s':>10} {'vs gensim':>10} {'vs 1 rank':>10} {'exchange':>9} "
+    width = 28 + max(len(v) + 1 for v in variants)
+    print(f"{'trainer':{width}} {'words/s':>10} {'vs gensim':>10} {'vs 1 rank':>10} {'exchange':>9} "
           f"{'bytes/word':>11} {'peak MiB':>9}")
-    for name, n in trainers:
-        t = (name, n)
+    for t in rows:
+        name, n = t[:2]
         wps = med(t, "words_per_s")
         label = ("2 x 1 rank, no exchange" if name == CEILING else f"hvd-w2v, 1 rank x {n} threads" if name == THREADS
                  else f"{name}, {counted(n, 'worker' if name == 'gensim' else 'rank')}")
         if name == "gensim":
-            print(f"{label:28} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
+            print(f"{label:{width}} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
             continue
         cores = min(n, os.cpu_count() or 1)
-        label += " (oversubscribed)" if n > (os.cpu_count() or 1) else ""
+        label += (" (oversubscribed)" if n > (os.cpu_count() or 1) else "") + (f" {t[2]}" if t[2] else "")
         ref = med(("gensim", min(cores, 2)), "words_per_s")
-        scale = wps / med(("hvd-w2v", 1), "words_per_s")
-        print(f"{label:28} {wps:10,.0f} {wps / ref:9.2f}x {scale:9.2f}x {med(t, 'exchange'):9.0%} "
+        scale = wps / med(("hvd-w2v", 1, t[2]), "words_per_s")
+        print(f"{label:{width}} {wps:10,.0f} {wps / ref:9.2f}x {scale:9.2f}x {med(t, 'exchange'):9.0%} "
               f"{med(t, 'bytes_per_word'):11,.0f} {peak(t):9,}")
-    if not args.no_plot:
-        plot(args.out, runs, med, peak, f"{os.path.basename(corpus)}, {args.epochs} epoch(s), "
-             f"{'skip-gram' if sg else 'CBOW'}, median of {args.repeats}")
+    if not args.no_plot:  # the first variant's rows
+        first = {t[:2]: runs[t] for t in rows if len(t) == 2 or t[2] == variants[0]}
+        plot(args.out, first, lambda t, k: statistics.median(x[k] for x in first[t]),
+             lambda t: max(max(x["peak_mib"]) for x in first[t]),
+             f"{os.path.basename(corpus)}, {args.epochs} epoch(s), {'skip-gram' if sg else 'CBOW'}, median of "
+             f"{args.repeats}{f', {variants[0]}' if variants[0] else ''}")
 
 
 if __name__ == "__main__":
