@@ -3,7 +3,7 @@ threads, in one run.
 
     python -m hvd_w2v.bench.throughput                      # first 150,000 lines of the real corpus, 3 repeats
     python -m hvd_w2v.bench.throughput --lines 0 --repeats 1  # the whole corpus, once
-    python -m hvd_w2v.bench.throughput --variant "" --variant "--shards=2"  # hvd-w2v's rows per variant
+    python -m hvd_w2v.bench.throughput --variant "" --variant=--shards=2  # hvd-w2v's rows per variant
 
 Run from the checkout (hvd-w2v is launched through mpi/launch). Every trainer runs in its own process, one
 after the other, ``--repeats`` times in turn; the table shows medians. Words per second count raw corpus
@@ -17,17 +17,9 @@ with gensim on the same number of cores
 set of one process (per rank for hvd-w2v).
 
 With ``--variant OPTS`` (repeatable), every hvd-w2v row is trained once per variant, with the variant's
-options (space-separated, after ``--hvd-option``'s; "" for none), in turn within each repeat, so that the
-variants share the machine's moods; each row's "vs 1 rank" refers to its own variant's 1 rank.
-
-The last row is the ceiling of 2 ranks on this machine: two 1-rank jobs at once, one per core, each on half of
-the corpus's lines with half a step's positions, so 2 ranks' work with no exchange at all (run_halves). No
-exchange can make 2 ranks faster than that pair. (Left out on a machine with one core.)
-
-After the table, two pictures under ``--out`` (unless ``--no-plot``; skipped with a line when matplotlib is
-missing): ``throughput.png``, hvd-w2v's words per second against the rank count with gensim's 1 and 2 workers
-and the no-exchange pair as horizontal lines, and ``memory.png``, the peak resident memory per process
-likewise.
+options (space-separated, after ``--hvd-option``'s; "" for none; a lone option as ``--variant=--shards=2``),
+in turn within each repeat, so that the variants share the machine's moods; each row's "vs 1 rank" refers to
+its own variant's 1 rank.
 """
 import argparse
 import json
