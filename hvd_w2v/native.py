@@ -390,6 +390,17 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_scan_ids": ([P, P, P, P, I64, I64, ctypes.c_int32], I64)}
 
 
+def trim_heap():
+    """Return the free pages of the C heap to the system (glibc's ``malloc_trim``; nothing elsewhere). numpy's
+    arrays of some MiB come from the heap once glibc's adaptive threshold has risen past them, and glibc keeps
+    the pages of those freed below live ones: after vocab.build, half of the resident set at 4M distinct tokens
+    (hvd_w2v/bench/README.md, "The text passes before training")."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def text_kernel():
     """The library of text_kernel.cc, or None (the Python passes of vocab and encode then)."""
     return _library("text_kernel", TEXT_FUNCTIONS, "the compiled text passes", fallback="Python's loops")

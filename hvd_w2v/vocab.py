@@ -33,6 +33,7 @@ Counter per rank of all its range's distinct tokens (before the rounds), are in 
 ("Vocabulary counting").
 """
 import hashlib
+import itertools
 import math
 import re
 from collections import Counter
@@ -209,10 +210,11 @@ class Counted:
 
 
 def split_words(words, lengths):
-    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64)."""
+    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64). The ends are summed as
+    they are used, not listed first: a list of them would hold a Python int (40 B) a word at the peak."""
     data = words.tobytes()
-    ends = np.cumsum(lengths).tolist()
-    return [data[e - n:e] for e, n in zip(ends, lengths.tolist())]
+    sizes = lengths.tolist()  # small ints: Python's cached objects, 8 B a word in the list
+    return [data[e - n:e] for e, n in zip(itertools.accumulate(sizes), sizes)]
 
 
 def gather_words(words, lengths, which):
@@ -396,7 +398,11 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True):
     words_by_row = split_words(*gather_words(row_words, row_lengths, np.argsort(plan.local_row(row_ids))))
     assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
-    return Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
+    voc = Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
+    # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
+    del row_words, row_lengths, row_ids, hashes, counts, order, owner
+    native.trim_heap()
+    return voc
 
 
 def agree_ids(comm, counts, hashes, sample):
