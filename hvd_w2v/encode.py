@@ -90,6 +90,8 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
             pass
         raise UserError(failure)
     parts = [n for n, _ in parts]
+    part = blocks = arr = None  # the word table, the reader and the last ids (a view of the table's buffer)
+    native.trim_heap()  # their pages, and those of the blocks, would otherwise stay resident through training
     error = None
     if comm.rank == 0:
         try:

@@ -582,6 +582,9 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
     byte_start[r] += slot[i]->length;
   }
   for (Table& t : tables) keep ? t.clear() : t.release();
+  if (!keep)  // the tokens' scratch too (hvd_w2v_counts_add_text's, on more than one thread)
+    for (auto& finder : static_cast<Counts*>(counts)->found)
+      for (auto& list : finder) std::vector<Counts::Token>().swap(list);
 }
 
 // out[i] = vocab.hash64 of word i of n (``lengths`` bytes each, end to end in ``words``), on ``threads``.

@@ -140,6 +140,9 @@ class CountRuns:
 class Vocab:
     """What one rank knows of the vocabulary. ``size`` words, ids ``0..size-1`` in frequency order."""
 
+    distinct = 0  # the corpus's distinct tokens, kept or not, as :func:`build` counted them (0: unknown)
+    most_owned = 0  # the most distinct tokens any rank hash-owned while counting (the memory plan's)
+
     def __init__(self, runs, raw_words, lookup, row_words, row_counts, owned=None):
         self.runs = runs  # CountRuns: every id's count, keep-probability and noise weight
         self.size = runs.size  # V: words kept
@@ -231,7 +234,7 @@ def gather_words(words, lengths, which):
     return words[index], picked
 
 
-def count(comm, pieces, error=None, reading=None, threads=1):
+def count(comm, pieces, error=None, reading=None, threads=1, limit=None):
     """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
 
     Returns ``(Counted, tokens read by this rank)``. ``error``: this rank's bad-input message found before
@@ -240,10 +243,16 @@ def count(comm, pieces, error=None, reading=None, threads=1):
     loops count on one thread, the same counts. Raises UserError on every rank, at the first round after any
     rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring; the
     partial counts never exceed FLUSH_WORDS words plus one chunk's.
+
+    ``limit`` (memory.CountingLimit, or None): asked, before the counts this rank owns take more words, how
+    many distinct tokens it may own (its refusal or None); a refusal stops the count as bad input does, before
+    those words are added. On more than one rank a round's words received are the most it can take on; on one
+    rank, before each part of its text, as many more as the part before added (scaled by its bytes: a
+    corpus's new words thin out as it goes on), or the part's tokens with Python's 64 KiB parts.
     """
     lib = native.text_kernel()
     if lib is not None:
-        return _count_compiled(comm, lib, pieces, error, reading, threads)
+        return _count_compiled(comm, lib, pieces, error, reading, threads, limit)
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
@@ -255,7 +264,9 @@ def count(comm, pieces, error=None, reading=None, threads=1):
                 tokens = next(chunks, None)
             except UserError as e:
                 error, tokens = str(e), None
-            if tokens is None:
+            if tokens is not None and limit and comm.size == 1:
+                error = limit(len(local) + len(tokens))
+            if tokens is None or error:
                 done = True
             else:
                 raw += len(tokens)
@@ -266,12 +277,15 @@ def count(comm, pieces, error=None, reading=None, threads=1):
             raise UserError(errors[0])
         if comm.size == 1:
             return Counted.of(local), raw
-        _flush(comm, local, owned)
+        error = _flush(comm, local, owned, limit)
+        if error:
+            done = True
         if all(d for d, _ in states):
+            comm.agree(error)  # a refusal in the last round (a memory limit's)
             return Counted.of(owned), raw
 
 
-def _count_compiled(comm, lib, pieces, error, reading, threads):
+def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     """:func:`count` with the compiled tables: the same rounds, the per-token work in text_kernel.cc on
     ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
     word)."""
@@ -281,41 +295,55 @@ def _count_compiled(comm, lib, pieces, error, reading, threads):
     chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
     parts = iter(()) if error else _parts(pieces, chunk, reading)
     raw, done = 0, error is not None
+    added, after = 0, 1  # one rank: the words the last part added, and its bytes
     while True:
         while not done and len(local) <= bound:
             try:
                 part = next(parts, None)
             except UserError as e:
                 error, part = str(e), None
-            if part is None:
+            if part is not None and limit and comm.size == 1:
+                _, start, end = part
+                error = limit(len(local) + math.ceil(added * (end - start) / after))
+            if part is None or error:
                 done = True
             else:
+                before = len(local)
                 raw += local.add_text(*part)
+                added, after = len(local) - before, max(part[2] - part[1], 1)
         states = comm.allgather((done, error))  # one round: who is out of text, and any bad input
         errors = [e for _, e in states if e]
         if errors:
             raise UserError(errors[0])
         if comm.size > 1:
-            _flush_compiled(comm, local, owned)
+            error = _flush_compiled(comm, local, owned, limit)
+            if error:
+                done = True
         if comm.size == 1 or all(d for d, _ in states):
             break
+    if comm.size > 1:
+        comm.agree(error)  # a refusal in the last round (a memory limit's)
     del local
     words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
     return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
 
 
-def _flush_compiled(comm, local, owned):
+def _flush_compiled(comm, local, owned, limit=None):
     """_flush with native.Counts: the words travel laid end to end (collective: one round)."""
     words, lengths, counts, _, per_dest = local.take(comm.size)
     got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
     del words
     got_counts, _ = comm.alltoallv(counts, per_dest)
-    owned.add_words(got_words, got_lengths, got_counts)
+    refused = limit(len(owned) + len(got_lengths)) if limit else None
+    if not refused:
+        owned.add_words(got_words, got_lengths, got_counts)
+    return refused
 
 
-def _flush(comm, local, owned):
+def _flush(comm, local, owned, limit=None):
     """Send the partial counts ``local`` to the words' hash owners, add those received to ``owned``, and
-    empty ``local`` (collective: one round)."""
+    empty ``local`` (collective: one round). Returns ``limit``'s refusal of the words received (then not
+    added), or None."""
     words = list(local)
     counts = np.fromiter(local.values(), dtype=np.int64, count=len(words))  # in the order of ``words``
     local.clear()
@@ -324,9 +352,13 @@ def _flush(comm, local, owned):
     got_words = exchange_words(comm, words, per_dest)
     del words
     got_counts, _ = comm.alltoallv(counts[order], per_dest)
+    refused = limit(len(owned) + len(got_words)) if limit else None
+    if refused:
+        return refused
     get = owned.get
     for w, c in zip(got_words, got_counts.tolist()):
         owned[w] = get(w, 0) + c
+    return None
 
 
 _WHITESPACE = re.compile(b"[" + re.escape(corpus.WHITESPACE) + b"]")
@@ -361,18 +393,20 @@ def _parts(pieces, chunk_bytes, reading):
             start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None, reading=True):
+def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
-    cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
+    cannot read a file or sees another size than rank 0 (corpus.check_shared), or when the counts a rank
+    hash-owns outgrow ``limit`` (memory.CountingLimit, see :func:`count`)."""
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
     shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
-    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads)
+    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")
-    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(tally)):,} distinct tokens")
+    distinct, most_owned = comm.allreduce(len(tally)), comm.allreduce(len(tally), "max")
+    log(f"vocab: {raw_words:,} words read, {distinct:,} distinct tokens")
 
     keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
@@ -386,21 +420,27 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True):
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
+    del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
     owner = plan.owner(my_ids)
     order = np.argsort(owner, kind="stable")
     per_dest = np.bincount(owner, minlength=comm.size)
+    del owner
     row_words, row_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
     row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
+    del order
+    by_row = np.argsort(plan.local_row(row_ids))
+    del row_ids
     # Each of this rank's rows receives one word: the words in local row order.
-    words_by_row = split_words(*gather_words(row_words, row_lengths, np.argsort(plan.local_row(row_ids))))
+    words_by_row = split_words(*gather_words(row_words, row_lengths, by_row))
+    del row_words, row_lengths, by_row
     assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
     voc = Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
+    voc.distinct, voc.most_owned = distinct, most_owned
     # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
-    del row_words, row_lengths, row_ids, hashes, counts, order, owner
     native.trim_heap()
     return voc
 

@@ -27,12 +27,17 @@ def test_model_part_falls_as_one_over_ranks():
 def test_components_add_up(ranks, corpus_bytes):
     p = memory.plan(500_000, Config(hot_rows=1000), ranks, positions=10**8, corpus_bytes=corpus_bytes)
     assert p.training == p.model + p.step + p.hot
-    assert p.total == p.baseline + p.tables + p.words + max(p.read, p.training)
+    assert p.total == p.baseline + max(p.counting, p.tables + p.words + max(p.encoding, p.training))
+    assert p.peak("vocab") == p.baseline + max(p.counting, p.tables + p.words) <= p.peak("encode") <= p.total
+    assert p.passes == p.peak("encode") - p.baseline
     assert p.baseline == memory.BASELINE_BYTES
     assert p.tables == vocab.RUN_BYTES * 14143 + vocab.GUIDE_BYTES + vocab.KEEP_HEAD_BYTES
     assert p.hot > 2 * 1000 * 100 * 4
+    assert p.owned_tokens == -(-500_000 // ranks)  # no distinct tokens given: the words kept, the fewest
+    assert p.counting == p.owned + memory.counting_bytes(0, ranks, 1, corpus_bytes)
     lines = str(p).splitlines()
-    assert len(lines) == 2 and f"{p.total / MIB:,.0f} MiB per rank" in lines[0]
+    assert len(lines) == 3 and f"{p.total / MIB:,.0f} MiB per rank" in lines[0]
+    assert len(p.describe("encode").splitlines()) == 2
 
 
 def test_total_never_grows_with_ranks():
