@@ -33,13 +33,14 @@ MIB = 1 << 20
 BASELINE_BYTES = 429 * MIB
 
 # What the text passes (vocabulary count, encoding) hold beyond the baseline, by path: the compiled passes
-# (text_kernel.cc, wherever g++ builds it) or Python's loops (the fallback). Fitted on the flat synthetic corpus of
-# issue 37 (`python -m hvd_w2v.synthetic CORPUS --vocab 4000000 --tokens 40000000 --exponent 0.5 --seed 3`,
-# 330 MB, 4.0M distinct tokens) and its prefixes (`head -c`: 1.6M to 4.0M distinct tokens), each figure the
-# peak of one phase above the resident set before it, from
-#   mpi/launch -n P python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR   (HVD_W2V_KERNEL=python: Python's)
-# at P = 1 and 2, 1 and 2 threads; the figures are in hvd_w2v/bench/README.md, "The text passes before training".
-# Words of the real corpus's mean length (8 bytes); the bytes of longer words are not planned.
+# (text_kernel.cc, wherever g++ builds it) or Python's loops (the fallback). Fitted on the flat synthetic corpus
+# of issue 37 (`python -m hvd_w2v.synthetic CORPUS --vocab 4000000 --tokens 40000000 --exponent 0.5 --seed 3`:
+# 330 MB, 4.0M distinct tokens, 3.3M kept at min_count 5), its prefixes (`head -c` 20, 40, 80 and 160 MB: 1.6M
+# to 3.9M distinct tokens) and the same law at a quarter of the size (--vocab 1000000 --tokens 10000000: 1.0M
+# distinct tokens), each figure a phase's peak above the resident set before it, as printed by
+#   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR
+# (with HVD_W2V_KERNEL=python for Python's), P = 1 and 2, T = 1 and 2; the figures are in hvd_w2v/bench/README.md,
+# "The text passes before training". Words of about 8 bytes; the bytes of longer words are not planned.
 
 
 @dataclass(frozen=True)
@@ -49,29 +50,38 @@ class TextPasses:
     count_read: int  # per byte of the block being read, while counting: blocks read ahead, the part's tokens
     encode_read: int  # per byte of the block, while encoding: blocks, and the block's ids (compiled) or lists (Python)
     owned_word: int  # per distinct token a rank hash-owns while counting (beside the compiled table's slots)
+    lookup_word: int  # per word of the encoding's word -> id table, beyond the words it keeps (and the slots)
     asked_word: int  # P > 1: per distinct word of a block, asked of its hash owner (words, numbers, answers)
     word: int  # per word a rank owns once counted (vocab.Vocab: row_words, row_counts, the owner's arrays)
     tables: bool  # words in compiled tables of SLOT_BYTES slots (table_bytes): the count's, the encoding's
 
 
-# The compiled passes. Their tables' slots are planned as text_kernel.cc's Table lays them out (table_bytes),
-# the rest fitted:
-# - count_read and owned_word: the count's peak on 1 rank, 1 thread, was 234 and 260 MiB at 1.6M and 2.5M distinct
-#   tokens (4,194,304 slots: 192 MiB at their last growth) and 477 MiB at 3.3M to 4.0M (8,388,608 slots: 384
-#   MiB); solved for a part per byte of the 8 MiB block and a part per distinct token at the first two, rounded up:
-#   the growth's peak, not the slots' fill, makes the later figures level.
-# - encode_read: the encoding's peak less its table (table_bytes, reserved at its size, and 8 B a word of
-#   its order) on 1 rank, 1 thread: 49 to 53 MiB at 0.9M to 3.3M words kept; 7 B per byte of the 8 MiB block.
-# - asked_word: on 2 ranks, the encoding's peak less its table, its reading and the scan's tables, per distinct
-#   word of a block (at most the block's tokens).
-# - word: the resident set after vocab.build over the words a rank owns: 88.3 B (1 rank) and 87.1 (2 ranks)
-#   at 3.3M words kept; the heap is trimmed there (native.trim_heap), so nothing freed is left in it.
-COMPILED = TextPasses(count_read=4, encode_read=7, owned_word=18, asked_word=56, word=89, tables=True)
-# Python's loops: count_read and owned_word from the count's peak at 1.0M and 2.5M distinct tokens (1 rank),
-# encode_read as READ_BYTES_PER_TEXT_BYTE (fitted on the real corpus, where few words of a block are new),
-# asked_word from 2 ranks as above, word: the compiled passes' words and the {word: id} dict encoding makes and
-# keeps, 141 B a word (`python -m hvd_w2v.bench.memory_probes words`).
-PYTHON = TextPasses(count_read=2, encode_read=18, owned_word=110, asked_word=100, word=89 + 141, tables=False)
+# The compiled passes. Their tables' slots are planned as text_kernel.cc lays them out (table_bytes), the
+# rest fitted:
+# - count_read, owned_word: the count's peak on 1 rank, 1 thread, less its table's slots at their last growth
+#   (48 B a slot): 234 - 192 and 260 - 192 MiB at 1.6M and 2.5M distinct tokens, 477 - 384 at 3.3M, 3.9M and
+#   4.0M; least squares over the five for a part per byte of the 8 MiB block and one per token, 1.4 and 22.8 B,
+#   rounded up (the plan then 99% to 103% of each).
+# - encode_read: the encoding's peak less its table (reserved at its size) and 8 B a word of the table's order
+#   (lookup_word, its std::vector) on 1 rank, 1 thread: 44 to 52 MiB at 0.46M to 3.3M words kept, 7 B per byte
+#   of the 8 MiB block, rounded up.
+# - asked_word: on 2 ranks, the encoding's peak less the above and the scan's table of a block's distinct words
+#   (vocab.Vocab.block_distinct: 591,601 and 819,274 expected, 591,637 seen), over those words: 9 and 56 B on
+#   the 1M-token-law ranks, 49 and 83 B on the 4M ones; the largest, rounded up.
+# - word: the resident set after vocab.build over the words the rank owns, 87.4 B (1 rank) and 87.1 B (2
+#   ranks) at 3.3M words kept; the heap is trimmed there (native.trim_heap), so no freed page is left in it.
+COMPILED = TextPasses(count_read=2, encode_read=7, owned_word=23, lookup_word=8, asked_word=84, word=89,
+                      tables=True)
+# Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
+# - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
+#   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
+# - encode_read, lookup_word: the encoding's peak less the dict it keeps (the resident set after it), on 1 rank:
+#   190 and 316 MiB at 0.82M and 3.3M words kept, 18 B per byte of the block (the figure measured on the real
+#   corpus before) and 54 B a word (the dict's last growth, and the lists it is made from).
+# - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
+# - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
+PYTHON = TextPasses(count_read=2, encode_read=18, owned_word=100, lookup_word=54, asked_word=82, word=89 + 144,
+                    tables=False)
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
@@ -113,13 +123,13 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED):
 
 def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED):
     """The encoding's peak above the words and tables, on a rank that hash-owns ``words`` of the vocabulary:
-    its reading, the compiled word -> id table (made at its size, and 8 B a word of its order), and on more
-    than one rank the block's distinct words asked of their owners (at most ``distinct`` tokens and the block's
-    tokens: ``raw_tokens`` of ``corpus_bytes``, else half its bytes), in ``threads`` tables, one a part."""
+    its reading, its word -> id table (compiled: made at its size), and on more than one rank the block's
+    distinct words asked of their owners (at most ``distinct`` and the block's tokens: ``raw_tokens`` of
+    ``corpus_bytes``, else half its bytes), in ``threads`` tables, one a part."""
     block = block_bytes(ranks, corpus_bytes)
-    out = passes.encode_read * block
+    out = passes.encode_read * block + passes.lookup_word * words
     if passes.tables:
-        out += table_bytes(words, grown=False) + 8 * words
+        out += table_bytes(words, grown=False)
     if ranks > 1:
         tokens = math.ceil(block * raw_tokens / corpus_bytes) if raw_tokens and corpus_bytes else block // 2
         part = math.ceil(tokens / threads)  # a thread's part of the block, its distinct words in a table of its own
@@ -255,7 +265,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
-         owned=0, passes=COMPILED):
+         owned=0, block_distinct=0, passes=COMPILED):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
@@ -263,8 +273,9 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     kept tokens, which bound the distinct counts (default: ``positions``). What the count found, once known:
     ``distinct``, the corpus's distinct tokens (0: unknown, the ``vocab_size`` kept, the fewest there can be);
     ``raw_tokens``, the tokens read (0: unknown; they bound a block's distinct words); ``owned``, the distinct
-    tokens the most loaded rank hash-owns (0: ``distinct / ranks``, which hashes spread evenly). ``passes``:
-    COMPILED or PYTHON, the text passes that run.
+    tokens the most loaded rank hash-owns (0: ``distinct / ranks``, which hashes spread evenly);
+    ``block_distinct``, the distinct tokens of a block (vocab.Vocab.block_distinct; 0: unknown, the block's
+    tokens at most). ``passes``: COMPILED or PYTHON, the text passes that run.
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
@@ -283,7 +294,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         counting=counting,
         owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes),
         owned_tokens=owned,
-        encoding=encoding_bytes(rows, ranks, threads, corpus_bytes, distinct, raw_tokens, passes),
+        encoding=encoding_bytes(rows, ranks, threads, corpus_bytes, min(distinct, block_distinct or distinct),
+                                raw_tokens, passes),
         compiled=passes.tables,
     )
 
@@ -307,12 +319,12 @@ MAX_RANKS = 1 << 20
 
 
 def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0,
-              raw_tokens=0, passes=COMPILED, stage="train"):
+              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train"):
     """The smallest rank count whose plan (its peak up to ``stage``, MemoryPlan.peak) fits ``limit`` bytes per
     rank, or None when none up to MAX_RANKS does (the baseline, the count runs and the step's fixed part do
     not shrink with more ranks)."""
     return fewest_ranks(lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads, distinct,
-                                       raw_tokens, passes=passes).peak(stage) <= limit)
+                                       raw_tokens, block_distinct=block_distinct, passes=passes).peak(stage) <= limit)
 
 
 def fewest_ranks(fits):

@@ -428,7 +428,7 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
     # The kept tokens approximate the id stream's length (sentence ends add one position per line). What the
     # count found (its distinct tokens, the most a rank hash-owned, the tokens read) sizes the text passes.
     text = dict(positions=voc.total, corpus_bytes=corpus_bytes(paths), threads=comm.threads, distinct=voc.distinct,
-                raw_tokens=voc.raw_words,
+                raw_tokens=voc.raw_words, block_distinct=voc.block_distinct,
                 passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON)
     the_plan = memory.plan(voc.size, cfg, comm.size, owned=voc.most_owned, **text)
     for line in the_plan.describe(stage).splitlines():

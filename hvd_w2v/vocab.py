@@ -35,6 +35,7 @@ Counter per rank of all its range's distinct tokens (before the rounds), are in 
 import hashlib
 import itertools
 import math
+import os
 import re
 from collections import Counter
 
@@ -142,6 +143,7 @@ class Vocab:
 
     distinct = 0  # the corpus's distinct tokens, kept or not, as :func:`build` counted them (0: unknown)
     most_owned = 0  # the most distinct tokens any rank hash-owned while counting (the memory plan's)
+    block_distinct = 0  # the distinct tokens a block of text is expected to hold (0: unknown; the plan's)
 
     def __init__(self, runs, raw_words, lookup, row_words, row_counts, owned=None):
         self.runs = runs  # CountRuns: every id's count, keep-probability and noise weight
@@ -407,6 +409,15 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
         raise UserError("the corpus holds no words (only whitespace)")
     distinct, most_owned = comm.allreduce(len(tally)), comm.allreduce(len(tally), "max")
     log(f"vocab: {raw_words:,} words read, {distinct:,} distinct tokens")
+    # The distinct tokens of a block of text (corpus.BLOCK_BYTES), expected were the corpus's tokens in random
+    # order, sum of 1 - (1 - share) ** count: text repeats its words nearer together, so a block holds fewer.
+    # What the encoding asks of the owners at a time, for the memory plan (0: a gzip text's share is unknown).
+    text_bytes = 0 if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+    if not text_bytes or text_bytes <= corpus.BLOCK_BYTES:
+        block_distinct = distinct if text_bytes else 0
+    else:  # the same branch on every rank: they see the same files
+        rest = math.log1p(-corpus.BLOCK_BYTES / text_bytes)
+        block_distinct = math.ceil(comm.allreduce(float(-np.expm1(rest * tally.counts).sum())))
 
     keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
@@ -439,7 +450,7 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
     assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
     voc = Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
-    voc.distinct, voc.most_owned = distinct, most_owned
+    voc.distinct, voc.most_owned, voc.block_distinct = distinct, most_owned, block_distinct
     # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
     native.trim_heap()
     return voc

@@ -145,15 +145,15 @@ def passes(argv):
     encoding, kept = status_bytes("VmHWM") - before, status_bytes("VmRSS") - before
     rows = len(voc.row_words)
     passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
-    text = dict(corpus_bytes=pipeline.corpus_bytes(paths), passes=passes)
-    planned = (memory.counting_bytes(counted["owned"], comm.size, comm.threads, **text), rows * passes.word,
-               memory.encoding_bytes(rows, comm.size, comm.threads, distinct=voc.distinct, raw_tokens=voc.raw_words,
-                                     **text))
+    planned = memory.plan(voc.size, cfg, comm.size, voc.total, pipeline.corpus_bytes(paths), threads=comm.threads,
+                          distinct=voc.distinct, raw_tokens=voc.raw_words, owned=counted["owned"],
+                          block_distinct=voc.block_distinct, passes=passes)  # with this rank's owned tokens
     mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
     print(f"rank {comm.rank} of {comm.size}, {comm.threads} thread(s), {'compiled' if passes.tables else 'Python'}: "
           f"{counted['owned']:,} distinct tokens hash-owned, {rows:,} words; measured (planned) MiB: counting "
-          f"{mib(counted['peak'])} ({mib(planned[0])}), build {mib(build)}, words {mib(words)} ({mib(planned[1])}; "
-          f"{words / rows:.1f} B a word), encoding {mib(encoding)} ({mib(planned[2])}), kept after encoding "
+          f"{mib(counted['peak'])} ({mib(planned.counting)}), build {mib(build)}, words {mib(words)} "
+          f"({mib(planned.words)}; {words / rows:.1f} B a word), encoding {mib(encoding)} ({mib(planned.encoding)}), "
+          f"kept after encoding "
           f"{mib(kept)}", flush=True)
 
 
