@@ -53,6 +53,7 @@ class TextPasses:
     lookup_word: int  # per word of the encoding's word -> id table, beyond the words it keeps (and the slots)
     asked_word: int  # P > 1: per distinct word of a block, asked of its hash owner (words, numbers, answers)
     word: int  # per word a rank owns once counted (vocab.Vocab: row_words, row_counts, the owner's arrays)
+    thread: int  # per thread beyond the rank's first, in either pass: its scratch, stack and heap
     tables: bool  # words in compiled tables of SLOT_BYTES slots (table_bytes): the count's, the encoding's
 
 
@@ -60,8 +61,10 @@ class TextPasses:
 # rest fitted:
 # - count_read, owned_word: the count's peak on 1 rank, 1 thread, less its table's slots at their last growth
 #   (48 B a slot): 234 - 192 and 260 - 192 MiB at 1.6M and 2.5M distinct tokens, 477 - 384 at 3.3M, 3.9M and
-#   4.0M; least squares over the five for a part per byte of the 8 MiB block and one per token, 1.4 and 22.8 B,
-#   rounded up (the plan then 99% to 103% of each).
+#   4.0M, and on the real corpus (data/real/corpus.txt, 82 MB, 0.27M distinct tokens) 70 - 24; least squares
+#   over the six for a part per byte of the 8 MiB block and one per token, 4.1 and 16.1 B: there the plan was
+#   87% of the real corpus's peak, so 5 and 14 B, which plan 96% to 108% of each. A block's bytes, not the
+#   table, are most of the real corpus's: the blocks read ahead, and those freed that the reader's heap keeps.
 # - encode_read: the encoding's peak less its table (reserved at its size) and 8 B a word of the table's order
 #   (lookup_word, its std::vector) on 1 rank, 1 thread: 44 to 52 MiB at 0.46M to 3.3M words kept, 7 B per byte
 #   of the 8 MiB block, rounded up.
@@ -70,8 +73,10 @@ class TextPasses:
 #   the 1M-token-law ranks, 49 and 83 B on the 4M ones; the largest, rounded up.
 # - word: the resident set after vocab.build over the words the rank owns, 87.4 B (1 rank) and 87.1 B (2
 #   ranks) at 3.3M words kept; the heap is trimmed there (native.trim_heap), so no freed page is left in it.
-COMPILED = TextPasses(count_read=2, encode_read=7, owned_word=23, lookup_word=8, asked_word=84, word=89,
-                      tables=True)
+# - thread: the real corpus on 1 rank, 2 threads against 1: 12 MiB more while counting, 16 after it, 12 while
+#   encoding (the flat corpus's: 6, 0 and 22); the largest, 16 MiB, added to both passes.
+COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8, asked_word=84, word=89,
+                      thread=16 * MIB, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
 # - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
 #   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
@@ -81,7 +86,7 @@ COMPILED = TextPasses(count_read=2, encode_read=7, owned_word=23, lookup_word=8,
 # - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
 # - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
 PYTHON = TextPasses(count_read=2, encode_read=18, owned_word=100, lookup_word=54, asked_word=82, word=89 + 144,
-                    tables=False)
+                    thread=0, tables=False)  # one thread, whatever the rank's
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
@@ -118,7 +123,7 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED):
     own = passes.owned_word * owned
     if passes.tables:
         own += table_bytes(owned, threads if ranks == 1 else 1)
-    return passes.count_read * block + (PARTIAL_BYTES if ranks > 1 else 0) + own
+    return passes.count_read * block + passes.thread * (threads - 1) + (PARTIAL_BYTES if ranks > 1 else 0) + own
 
 
 def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED):
@@ -127,7 +132,7 @@ def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, ra
     distinct words asked of their owners (at most ``distinct`` and the block's tokens: ``raw_tokens`` of
     ``corpus_bytes``, else half its bytes), in ``threads`` tables, one a part."""
     block = block_bytes(ranks, corpus_bytes)
-    out = passes.encode_read * block + passes.lookup_word * words
+    out = passes.encode_read * block + passes.thread * (threads - 1) + passes.lookup_word * words
     if passes.tables:
         out += table_bytes(words, grown=False)
     if ranks > 1:
