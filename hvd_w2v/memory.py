@@ -356,7 +356,7 @@ class CountingLimit:
     memory limit: their distinct tokens are known only as they are counted (vocab.count asks before each
     growth of the owned table, and refuses on every rank with the first message).
 
-    ``limit`` bytes per rank from ``source`` (as pipeline.memory_plan words them), this ``rank`` of ``ranks``
+    ``limit`` bytes per rank from ``source`` (pipeline.memory_limit's), this ``rank`` of ``ranks``
     with ``threads`` threads, reading ``corpus_bytes`` (None: unknown) with ``passes``."""
 
     limit: int

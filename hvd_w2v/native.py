@@ -457,7 +457,8 @@ def gather_words(lib, words, lengths, which):
 
 class Counts:
     """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count).
-    Memory: 32 B an entry + 16 to 32 B of slots + the word's bytes, per table holding the word."""
+    Memory: 32 B slots, a power of two of them, at most two thirds full (1.5 times their bytes while a table
+    grows: memory.table_bytes), 8 B a word of its order and the bytes of words over 8 bytes."""
 
     def __init__(self, lib, threads=1):
         self.lib, self.threads = lib, max(threads, 1)

@@ -62,7 +62,8 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
       layout line then says how many CPUs that leaves idle);
     - ``stall_timeout``: seconds a rank waits for the others before the job ends with exit code 76 (None:
       automatic, 0: never; hvd_w2v/watchdog.py);
-    - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G");
+    - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G"),
+      checked while the vocabulary is counted and once it is;
     - ``checkpoint_every``: minutes between checkpoints (0: only on SIGTERM or SIGUSR1);
     - ``final_checkpoint``: keep W_in and W_out at the last step, for queries and --resume on any rank count;
     - ``resume``: go on from the newest good checkpoint in ``out`` (from step 0 when there is none);

@@ -16,14 +16,14 @@ Memory per rank (8-byte words):
 - while counting: the partial Counter, at most FLUSH_WORDS + CHUNK_BYTES / 2 = 98,304 distinct words at 96 B,
   and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107 B
   more: PARTIAL_BYTES = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct tokens
-  it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, about 85 B each, briefly up to
-  half more while the dict's table doubles. The reader holds one corpus.BLOCK_BYTES block and one chunk's
-  tokens. On one rank there are no rounds: its partial Counter is the owner's.
+  it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are counted,
+  so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
+  and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's.
   The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
   bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. The
-  owner's counts take 48 to 96 B a distinct token (144 B while doubling). The reader holds two blocks (one
-  read ahead).
+  reader holds two blocks (one read ahead). The memory plan gives the owner's counts in either form
+  (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text passes before training").
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
@@ -49,8 +49,8 @@ from .wording import counted
 NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
 
 # Distinct words a rank's partial Counter may hold before it joins a round that sends them to their owners.
-# Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the memory
-# plan's 104 MiB for reading text; each round costs a handful of collectives and Python work per word sent
+# Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the text
+# the memory plan reads at a time (an 8 MiB block); each round costs a handful of collectives and work per word sent
 # (hash64, sorting, merging), and a smaller bound sends the frequent words more often.
 FLUSH_WORDS = 1 << 16
 # Text counted between two looks at the bound: a chunk of it holds at most CHUNK_BYTES / 2 tokens (a token

@@ -1,7 +1,7 @@
 """The measurements behind hvd_w2v.memory's constants, one probe each.
 
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes baseline       # BASELINE_BYTES
-    python -m hvd_w2v.bench.memory_probes words                          # WORD_BYTES
+    python -m hvd_w2v.bench.memory_probes words                          # a list and a dict of words
     python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
                                                                          # STEP_*_BYTES
