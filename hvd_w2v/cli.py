@@ -93,16 +93,19 @@ def cmd_encode(args):
 def _vocabulary(args, encode=False):
     """vocab.txt (and with ``encode`` ids/) of the corpus, written aside and moved into --out at the end,
     under --out's lock; a folder that holds a run is refused without --overwrite (pipeline.hold)."""
-    from . import pipeline
+    from . import memory, pipeline
+    from .comm import log
 
     cfg = config_from(args)
+    limit = memory.parse_size(args.max_memory_per_rank) if args.max_memory_per_rank is not None else None
     comm = pipeline.start(cfg, args.threads, args.stall_timeout)
     lock = pipeline.hold(comm, args.out, args.command, overwrite=args.overwrite)
     try:
         stage = pipeline.staging(comm, args.out)
-        paths, voc = pipeline.vocabulary(comm, args.corpus, args.out, cfg, into=stage)
+        paths, voc, planned = pipeline.vocabulary(comm, args.corpus, args.out, cfg, args.command, limit, into=stage)
         stream = pipeline.encode(comm, paths, voc, stage) if encode else None
         pipeline.commit(comm, stage, args.out, stream)
+        log(comm, pipeline.against_plan(planned.peak(args.command), pipeline.peaks(comm)))
     finally:
         pipeline.release(comm, lock, args.out)
 
@@ -260,6 +263,10 @@ def add_corpus_options(p):
     p.add_argument("--threads", type=int, default=None,
                    help="compute threads per rank (default: $HVD_W2V_THREADS, which mpi/launch sets to the host's "
                    "cores over its ranks, else 1)")
+    p.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
+                   help="refuse when the memory plan needs more per rank, before anything is written: bytes or 4G, "
+                        "512M, 1.5GiB (powers of 1024); checked while the vocabulary is counted and once it is; "
+                        "the job's cgroup and Slurm limits are checked too (default: none)")
     _add_stall_option(p)
     _add_config_option(p)
 
@@ -302,9 +309,6 @@ def add_train_options(p):
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
                         "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")
-    r.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
-                   help="refuse to start when the memory plan needs more per rank: bytes or 4G, 512M, 1.5GiB "
-                        "(powers of 1024); the job's cgroup and Slurm limits are checked too (default: none)")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")

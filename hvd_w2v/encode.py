@@ -90,6 +90,8 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
             pass
         raise UserError(failure)
     parts = [n for n, _ in parts]
+    part = blocks = arr = None  # the word table, the reader and the last ids (a view of the table's buffer)
+    native.trim_heap()  # their pages, and those of the blocks, would otherwise stay resident through training
     error = None
     if comm.rank == 0:
         try:
@@ -118,11 +120,12 @@ def python_part(comm, vocab, block):
 
 class CompiledPart:
     """python_part in text_kernel.cc on the rank's threads, the same ids, from a compiled copy of the rank's
-    hash-owned words (vocab.owned_words: about 50 B a word and the bytes of those over 8 bytes). On one rank
-    each token is looked up as it is found. On more, the block's tokens are numbered by distinct word, those
-    words asked of their hash owners (laid end to end, no Python object per word) and the answers turned into
-    the block's ids. Memory: 4 B per byte of the block (its numbers, then its ids), and on more than one rank
-    the block's distinct words (about 50 B each, and their bytes, twice while asked)."""
+    hash-owned words (vocab.owned_words: a table made at its size, 32 B slots at most two thirds full, 8 B a
+    word of its order and the bytes of words over 8 bytes). On one rank each token is looked up as it is found.
+    On more, the block's tokens are numbered by distinct word, those words asked of their hash owners (laid end
+    to end, no Python object per word) and the answers turned into the block's ids. Memory: 4 B per byte of the
+    block (its numbers, then its ids), and on more than one rank the block's distinct words (a table of them
+    per thread, and their arrays while asked); memory.encoding_bytes plans them."""
 
     def __init__(self, comm, lib, vocab):
         self.lookup = native.WordIds(lib, *vocab.owned_words())

@@ -4,7 +4,9 @@
 constants measured on this machine (Debian 12, Python 3.11, tensorflow-cpu 2.17.1, horovod 0.28.1, Open MPI
 4.1.4); each constant says which command measured it. The command line prints the plan once the vocabulary
 is known, and refuses to start when it does not fit ``--max-memory-per-rank`` or the limit the job runs
-under (:func:`limits`), naming the smallest rank count that would fit (:func:`min_ranks`).
+under (:func:`limits`), naming the smallest rank count that would fit (:func:`min_ranks`). The distinct tokens
+a rank hash-owns while counting are known only once counted, so the count checks them as it goes
+(:class:`CountingLimit`) and refuses, in the same words, before their table outgrows the limit.
 
 Resident here means what ``ru_maxrss`` and the kernel's RSS count, shared library and memory-mapped file
 pages included: it is what ``hvd-w2v train`` prints as the measured peak at the end.
@@ -30,12 +32,116 @@ MIB = 1 << 20
 # shared-library pages: counted in every rank's RSS, charged once per node by a cgroup.
 BASELINE_BYTES = 429 * MIB
 
-# Strings of the words a rank keeps (vocab.py): the hash-owned ``lookup`` dict {bytes: int} costs 141 B a
-# word and the row owner's ``row_words`` list 54 B a word, for 8-byte words (the real corpus's mean length);
-# plus 8 B of row_counts. Measured: 1,000,000 8-byte words into a list, then into a dict, VmRSS before and
-# after (python -m hvd_w2v.bench.memory_probes words). Both sets are about V/P words per rank.
-WORD_BYTES = 141 + 54 + 8
+# What the text passes (vocabulary count, encoding) hold beyond the baseline, by path: the compiled passes
+# (text_kernel.cc, wherever g++ builds it) or Python's loops (the fallback). Fitted on the flat synthetic corpus
+# of issue 37 (`python -m hvd_w2v.synthetic CORPUS --vocab 4000000 --tokens 40000000 --exponent 0.5 --seed 3`:
+# 330 MB, 4.0M distinct tokens, 3.3M kept at min_count 5), its prefixes (`head -c` 20, 40, 80 and 160 MB: 1.6M
+# to 3.9M distinct tokens) and the same law at a quarter of the size (--vocab 1000000 --tokens 10000000: 1.0M
+# distinct tokens), each figure a phase's peak above the resident set before it, as printed by
+#   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR
+# (with HVD_W2V_KERNEL=python for Python's), P = 1 and 2, T = 1 and 2; the figures are in hvd_w2v/bench/README.md,
+# "The text passes before training". Words of about 8 bytes; the bytes of longer words are not planned.
 
+
+@dataclass(frozen=True)
+class TextPasses:
+    """Bytes per unit that the text passes of one path hold (see :func:`counting_bytes`, :func:`encoding_bytes`)."""
+
+    count_read: int  # per byte of the block being read, while counting: blocks read ahead, the part's tokens
+    encode_read: int  # per byte of the block, while encoding: blocks, and the block's ids (compiled) or lists (Python)
+    owned_word: int  # per distinct token a rank hash-owns while counting (beside the compiled table's slots)
+    lookup_word: int  # per word of the encoding's word -> id table, beyond the words it keeps (and the slots)
+    asked_word: int  # P > 1: per distinct word of a block, asked of its hash owner (words, numbers, answers)
+    word: int  # per word a rank owns once counted (vocab.Vocab: row_words, row_counts, the owner's arrays)
+    thread: int  # per thread beyond the rank's first, in either pass: its scratch, stack and heap
+    tables: bool  # words in compiled tables of SLOT_BYTES slots (table_bytes): the count's, the encoding's
+
+
+# The compiled passes. Their tables' slots are planned as text_kernel.cc lays them out (table_bytes), the
+# rest fitted:
+# - count_read, owned_word: the count's peak on 1 rank, 1 thread, less its table's slots at their last growth
+#   (48 B a slot): 234 - 192 and 260 - 192 MiB at 1.6M and 2.5M distinct tokens, 477 - 384 at 3.3M, 3.9M and
+#   4.0M, and on the real corpus (data/real/corpus.txt, 82 MB, 0.27M distinct tokens) 70 - 24; least squares
+#   over the six for a part per byte of the 8 MiB block and one per token, 4.1 and 16.1 B: there the plan was
+#   87% of the real corpus's peak, so 5 and 14 B, which plan 96% to 108% of each. A block's bytes, not the
+#   table, are most of the real corpus's: the blocks read ahead, and those freed that the reader's heap keeps.
+# - encode_read: the encoding's peak less its table (reserved at its size) and 8 B a word of the table's order
+#   (lookup_word, its std::vector) on 1 rank, 1 thread: 44 to 52 MiB at 0.46M to 3.3M words kept, 7 B per byte
+#   of the 8 MiB block, rounded up.
+# - asked_word: on 2 ranks, the encoding's peak less the above and the scan's table of a block's distinct words
+#   (vocab.Vocab.block_distinct: 591,601 and 819,274 expected, 591,637 seen), over those words: 9 and 56 B on
+#   the 1M-token-law ranks, 49 and 83 B on the 4M ones; the largest, rounded up.
+# - word: the resident set after vocab.build over the words the rank owns, 87.4 B (1 rank) and 87.1 B (2
+#   ranks) at 3.3M words kept; the heap is trimmed there (native.trim_heap), so no freed page is left in it.
+# - thread: the real corpus on 1 rank, 2 threads against 1: 12 MiB more while counting, 16 after it, 12 while
+#   encoding (the flat corpus's: 6, 0 and 22); the largest, 16 MiB, added to both passes.
+COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8, asked_word=84, word=89,
+                      thread=16 * MIB, tables=True)
+# Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
+# - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
+#   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
+# - encode_read, lookup_word: the encoding's peak less the dict it keeps (the resident set after it), on 1 rank:
+#   190 and 316 MiB at 0.82M and 3.3M words kept, 18 B per byte of the block (the figure measured on the real
+#   corpus before) and 54 B a word (the dict's last growth, and the lists it is made from).
+# - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
+# - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
+PYTHON = TextPasses(count_read=2, encode_read=18, owned_word=100, lookup_word=54, asked_word=82, word=89 + 144,
+                    thread=0, tables=False)  # one thread, whatever the rank's
+
+# The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
+# a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
+SLOT_BYTES = 32
+
+
+def table_slots(words):
+    """The slots of a compiled table that holds ``words``: the least power of two, 16 at least, of which they
+    fill at most two thirds (text_kernel.cc's Table grows when the next word would pass that)."""
+    slots = 16
+    while 3 * words > 2 * slots:
+        slots *= 2
+    return slots
+
+
+def table_bytes(words, tables=1, grown=True):
+    """Bytes of the slots of ``tables`` compiled tables holding ``words`` between them (split evenly); ``grown``:
+    at the peak of their last growth (old and new slots at once), else made at their size (reserved)."""
+    per = table_slots(math.ceil(words / tables))
+    return tables * SLOT_BYTES * (per + (per // 2 if grown and per > 16 else 0))
+
+
+def block_bytes(ranks, corpus_bytes=None):
+    """The text a rank reads at a time: a corpus.BLOCK_BYTES block, or its share of the corpus when smaller
+    (``corpus_bytes`` None: unknown, as for gzip files: a full block)."""
+    return BLOCK_BYTES if corpus_bytes is None else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))
+
+
+def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED):
+    """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
+    reading, on more than one rank the partial counts and their rounds (vocab.PARTIAL_BYTES), and the owned
+    counts. On one rank its ``threads`` tables are the owned ones (vocab.count), else one table."""
+    block = block_bytes(ranks, corpus_bytes)
+    own = passes.owned_word * owned
+    if passes.tables:
+        own += table_bytes(owned, threads if ranks == 1 else 1)
+    return passes.count_read * block + passes.thread * (threads - 1) + (PARTIAL_BYTES if ranks > 1 else 0) + own
+
+
+def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED):
+    """The encoding's peak above the words and tables, on a rank that hash-owns ``words`` of the vocabulary:
+    its reading, its word -> id table (compiled: made at its size), and on more than one rank the block's
+    distinct words asked of their owners (at most ``distinct`` and the block's tokens: ``raw_tokens`` of
+    ``corpus_bytes``, else half its bytes), in ``threads`` tables, one a part."""
+    block = block_bytes(ranks, corpus_bytes)
+    out = passes.encode_read * block + passes.thread * (threads - 1) + passes.lookup_word * words
+    if passes.tables:
+        out += table_bytes(words, grown=False)
+    if ranks > 1:
+        tokens = math.ceil(block * raw_tokens / corpus_bytes) if raw_tokens and corpus_bytes else block // 2
+        part = math.ceil(tokens / threads)  # a thread's part of the block, its distinct words in a table of its own
+        if distinct:
+            tokens, part = min(tokens, distinct), min(part, distinct)
+        out += passes.asked_word * tokens + (table_bytes(part * threads, threads) if passes.tables else 0)
+    return out
 
 
 def distinct_counts(vocab_size, tokens=0):
@@ -75,48 +181,62 @@ STEP_UNIQUE_COPIES = 5
 AHEAD_STEPS = 4
 PLAN_BYTES_PER_SLOT = 16
 
-# Reading text (corpus.read_blocks, then vocab counting and encode's sentences, id lists and lookups), per
-# byte of the block being read: VmHWM after encode minus the baseline, less PARTIAL_BYTES, over the block
-# (`mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases data/real/corpus.txt --out DIR --epochs 1`:
-# the whole real corpus, so that each rank reads several full blocks and the heap keeps what the earlier
-# blocks left; a corpus of one block per rank peaks lower). Rounded up; figures in hvd_w2v/bench/README.md,
-# "Memory". A block is at most corpus.BLOCK_BYTES (8 MiB); this peak is over before the model is allocated.
-READ_BYTES_PER_TEXT_BYTE = 18
-
-
 @dataclass(frozen=True)
 class MemoryPlan:
     """Expected resident bytes per rank, by component (the most loaded rank: rows rounded up).
 
-    ``total = baseline + tables + words + max(read, model + step + hot)``: reading the text (vocabulary,
-    encoding) is over before training allocates the model and the step buffers. The id stream is not in it:
-    each rank reads its positions of every step with pread (encode.TokenStream), into the step's buffers.
+    ``total = baseline + max(counting, tables + words + max(encoding, model + step + hot))``: the vocabulary's
+    count is over before its words and tables are made, and the encoding before training allocates the model
+    and the step buffers. The id stream is not in it: each rank reads its positions of every step with pread
+    (encode.TokenStream), into the step's buffers.
     """
 
     ranks: int
     baseline: int  # the process with its libraries initialised (BASELINE_BYTES, measured)
     model: int  # W_in and W_out slices and the exchange's SGD count per row: ceil(V/P) rows x (dim + 1) x 4 B x 2
     tables: int  # counts by id as runs (vocab.CountRuns): RUN_BYTES x distinct counts + noise guide + keep head
-    words: int  # word strings and lookup of the words this rank owns: ceil(V/P) x WORD_BYTES
+    words: int  # the words this rank owns once counted: ceil(V/P) x the passes' word bytes (TextPasses.word)
     step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
     hot: int  # hot-row replicas [2H, d] and the allreduce block [2H, d+1] with Horovod's in and out copies
-    read: int  # peak while reading text: min(block, corpus bytes / P) x READ_BYTES_PER_TEXT_BYTE + PARTIAL_BYTES
+    counting: int  # the vocabulary's count: reading, partial counts, the hash-owned counts (counting_bytes)
+    owned: int  # of which the hash-owned counts of the ``owned_tokens`` distinct tokens of the most loaded rank
+    owned_tokens: int
+    encoding: int  # the encoding, beside the words: reading, the word -> id table, words asked (encoding_bytes)
+    compiled: bool  # the compiled text passes (text_kernel.cc), or Python's loops
 
     @property
     def training(self):
         return self.model + self.step + self.hot
 
     @property
-    def total(self):
-        return self.baseline + self.tables + self.words + max(self.read, self.training)
+    def passes(self):
+        """The text passes' peak above the baseline: the count, or the words and tables with the encoding."""
+        return max(self.counting, self.tables + self.words + self.encoding)
 
-    def describe(self):
-        """Two lines, MiB per rank."""
+    @property
+    def total(self):
+        return self.peak("train")
+
+    def peak(self, stage="train"):
+        """The planned peak of a job that runs up to ``stage``: "vocab" (`hvd-w2v vocab`: the count, then its
+        words and tables), "encode" (`hvd-w2v encode`: and the encoding) or "train" (the total)."""
+        after = {"vocab": 0, "encode": self.encoding, "train": max(self.encoding, self.training)}[stage]
+        return self.baseline + max(self.counting, self.tables + self.words + after)
+
+    def describe(self, stage="train"):
+        """Two lines, MiB per rank, and a third on training for the ``stage`` "train" (see :meth:`peak`)."""
         m = lambda b: f"{b / MIB:,.0f}"  # noqa: E731
-        return (f"{m(self.total)} MiB per rank on {counted(self.ranks, 'rank')} = baseline "
-                f"{m(self.baseline)} + tables {m(self.tables)} + words {m(self.words)} + training {m(self.training)}\n"
-                f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
-                f"{m(self.hot)}; reading text, before it: {m(self.read)}")
+        after = {"vocab": "", "encode": f" + encoding {m(self.encoding)}",
+                 "train": f" + max(encoding {m(self.encoding)}, training {m(self.training)})"}[stage]
+        lines = [f"{m(self.peak(stage))} MiB per rank on {counted(self.ranks, 'rank')} = baseline {m(self.baseline)} "
+                 f"+ max(counting {m(self.counting)}, tables {m(self.tables)} + words {m(self.words)}{after})",
+                 f"counting {m(self.counting)} = reading {m(self.counting - self.owned)} + hash-owned counts "
+                 f"{m(self.owned)} of {self.owned_tokens:,} distinct tokens ({'compiled' if self.compiled else 'Python'}"
+                 f" text passes)"]
+        if stage == "train":
+            lines.append(f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
+                         f"{m(self.hot)}")
+        return "\n".join(lines)
 
     __str__ = describe
 
@@ -151,29 +271,39 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     return STEP_FIXED_BYTES + int(per_slot * slots) + 4 * cfg.dim * (tables + copies)
 
 
-def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1):
+def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
+         owned=0, block_distinct=0, passes=COMPILED):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
     the text's size in bytes (None if unknown, as for gzip files: a full block per rank); ``tokens``: the
-    kept tokens, which bound the distinct counts (default: ``positions``). The reading part
-    holds the vocabulary count's partial counts (vocab.PARTIAL_BYTES, bounded whatever the corpus). Not
-    planned: the counts of the distinct tokens a rank hash-owns while counting (about D/P of the corpus's D
-    distinct tokens, about 85 B each), known only after counting; the kept ones become ``words``.
+    kept tokens, which bound the distinct counts (default: ``positions``). What the count found, once known:
+    ``distinct``, the corpus's distinct tokens (0: unknown, the ``vocab_size`` kept, the fewest there can be);
+    ``raw_tokens``, the tokens read (0: unknown; they bound a block's distinct words); ``owned``, the distinct
+    tokens the most loaded rank hash-owns (0: ``distinct / ranks``, which hashes spread evenly);
+    ``block_distinct``, the distinct tokens of a block (vocab.Vocab.block_distinct; 0: unknown, the block's
+    tokens at most). ``passes``: COMPILED or PYTHON, the text passes that run.
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
+    distinct = max(distinct, vocab_size)
+    owned = owned or math.ceil(distinct / ranks)
+    counting = counting_bytes(owned, ranks, threads, corpus_bytes, passes)
     return MemoryPlan(
         ranks=ranks,
         baseline=BASELINE_BYTES,
         model=rows * (cfg.dim + 1) * 4 * 2,
         tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
                 + KEEP_HEAD_BYTES),
-        words=rows * WORD_BYTES,
+        words=rows * passes.word,
         step=step_bytes(cfg, vocab_size, ranks, threads),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
-        read=PARTIAL_BYTES + READ_BYTES_PER_TEXT_BYTE * (BLOCK_BYTES if corpus_bytes is None
-                                                         else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))),
+        counting=counting,
+        owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes),
+        owned_tokens=owned,
+        encoding=encoding_bytes(rows, ranks, threads, corpus_bytes, min(distinct, block_distinct or distinct),
+                                raw_tokens, passes),
+        compiled=passes.tables,
     )
 
 
@@ -195,14 +325,24 @@ def exchange_bytes(cfg, ranks):
 MAX_RANKS = 1 << 20
 
 
-def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1):
-    """The smallest rank count whose plan fits ``limit`` bytes per rank, or None when none up to MAX_RANKS
-    does (the baseline, the count runs and the step's fixed part do not shrink with more ranks). The plan's
-    total does not grow with the rank count, so a bisection finds it."""
-    fits = lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads).total <= limit  # noqa: E731
+def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0,
+              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train"):
+    """The smallest rank count whose plan (its peak up to ``stage``, MemoryPlan.peak) fits ``limit`` bytes per
+    rank, or None when none up to MAX_RANKS does (the baseline, the count runs and the step's fixed part do
+    not shrink with more ranks)."""
+    return fewest_ranks(lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads, distinct,
+                                       raw_tokens, block_distinct=block_distinct, passes=passes).peak(stage) <= limit)
+
+
+def fewest_ranks(fits):
+    """The smallest rank count p (up to MAX_RANKS) for which ``fits(p)``, or None. A plan's parts do not grow
+    with the rank count beyond one rank (where the count has no partial counts), so one look at one rank and
+    a bisection over the others find it."""
+    if fits(1):
+        return 1
     if not fits(MAX_RANKS):
         return None
-    lo, hi = 1, MAX_RANKS
+    lo, hi = 2, MAX_RANKS
     while lo < hi:
         mid = (lo + hi) // 2
         if fits(mid):
@@ -210,6 +350,49 @@ def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=Non
         else:
             lo = mid + 1
     return lo
+
+
+@dataclass(frozen=True)
+class CountingLimit:
+    """The check, while the vocabulary is counted, that the counts a rank hash-owns still fit the job's
+    memory limit: their distinct tokens are known only as they are counted (vocab.count asks before each
+    growth of the owned table, and refuses on every rank with the first message).
+
+    ``limit`` bytes per rank from ``source`` (pipeline.memory_limit's), this ``rank`` of ``ranks``
+    with ``threads`` threads, reading ``corpus_bytes`` (None: unknown) with ``passes``."""
+
+    limit: int
+    source: str
+    rank: int
+    ranks: int
+    threads: int = 1
+    corpus_bytes: int = None
+    passes: TextPasses = COMPILED
+
+    def planned(self, owned, ranks=None):
+        """The count's planned peak with ``owned`` distinct tokens hash-owned per rank, baseline included."""
+        return BASELINE_BYTES + counting_bytes(owned, ranks or self.ranks, self.threads, self.corpus_bytes,
+                                               self.passes)
+
+    def __call__(self, owned):
+        """None while this rank may hash-own ``owned`` distinct tokens; else the refusal (a UserError's text)."""
+        planned = self.planned(owned)
+        if planned <= self.limit:
+            return None
+        mib = lambda b: f"{b / MIB:,.0f} MiB"  # noqa: E731
+        seen = owned * self.ranks  # the corpus's distinct tokens counted so far, about: hashes spread them evenly
+        need = fewest_ranks(lambda p: self.planned(math.ceil(seen / p), p) <= self.limit)
+        if need:
+            hint = (f"at least {need} ranks for the {seen:,} or so distinct tokens counted by then "
+                    f"({mib(self.planned(math.ceil(seen / need), need))} per rank there), more if the rest of the "
+                    f"text holds many new ones")
+        else:
+            hint = (f"no rank count fits: the baseline alone is {mib(BASELINE_BYTES)} per rank and reading text "
+                    f"{mib(counting_bytes(0, MAX_RANKS, self.threads, self.corpus_bytes, self.passes))}")
+        return (f"memory plan does not fit: counting the vocabulary, rank {self.rank} would hash-own {owned:,} "
+                f"distinct tokens: {mib(planned)} per rank planned on {counted(self.ranks, 'rank')} (baseline "
+                f"{mib(BASELINE_BYTES)} + counting {mib(planned - BASELINE_BYTES)}), limit {mib(self.limit)} per "
+                f"rank from {self.source}; {hint}")
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -309,10 +492,16 @@ def main(argv=None):
     p.add_argument("--positions", type=float, default=0,
                    help="the id stream's length: the kept tokens when --tokens is not given (default 0)")
     p.add_argument("--corpus-bytes", type=float, default=None, help="text size (default: unknown, a full block)")
+    p.add_argument("--distinct", type=float, default=0,
+                   help="the corpus's distinct tokens, kept or not: the count's hash-owned counts (default 0: "
+                        "unknown, V of them)")
+    p.add_argument("--raw-tokens", type=float, default=0,
+                   help="the corpus's tokens, kept or not: they bound a block's distinct words (default 0: unknown)")
     p.add_argument("--ranks", type=int, nargs="*", default=[])
     a = p.parse_args(argv)
     cfg = Config(dim=a.dim, batch_words=a.batch_words)
     v, positions, tokens = int(a.words), int(a.positions), int(a.tokens)
+    text = dict(distinct=int(a.distinct), raw_tokens=int(a.raw_tokens))
     corpus = None if a.corpus_bytes is None else int(a.corpus_bytes)
     gib = lambda b: f"{b / (1 << 30):,.1f}"  # noqa: E731
     print(f"V = {v:,} words, dim {a.dim}: W_in + W_out = {gib(v * a.dim * 8)} GiB; batch {a.batch_words:,} "
@@ -320,17 +509,18 @@ def main(argv=None):
     ranks = list(a.ranks)
     if a.limit:
         limit = parse_size(a.limit)
-        need = min_ranks(limit, v, cfg, positions, corpus, tokens)
+        need = min_ranks(limit, v, cfg, positions, corpus, tokens, **text)
         print(f"limit {gib(limit)} GiB per rank: " + (f"the fewest ranks that fit: {need:,}" if need else
-                                                       "no rank count fits (the per-rank baseline, runs and step)"))
+                                                       "no rank count fits (the per-rank baseline, runs, step and "
+                                                       "reading)"))
         if need:
             ranks = sorted(set(ranks) | {need, 2 * need, 4 * need})
-    print(f"{'ranks':>8} {'GiB/rank':>9} {'model':>8} {'words':>8} {'tables':>8} {'step':>6} {'reading':>8} "
-          f"{'MiB sent/step/rank':>19}")
+    print(f"{'ranks':>8} {'GiB/rank':>9} {'model':>8} {'words':>8} {'tables':>8} {'step':>6} {'counting':>9} "
+          f"{'encoding':>9} {'MiB sent/step/rank':>19}")
     for r in ranks or [1, 8, 64]:
-        q = plan(v, cfg, r, positions, corpus, tokens)
+        q = plan(v, cfg, r, positions, corpus, tokens, **text)
         print(f"{r:8,} {gib(q.total):>9} {gib(q.model):>8} {gib(q.words):>8} {gib(q.tables):>8} {gib(q.step):>6} "
-              f"{gib(q.read):>8} {exchange_bytes(cfg, r) / MIB:19,.1f}")
+              f"{gib(q.counting):>9} {gib(q.encoding):>9} {exchange_bytes(cfg, r) / MIB:19,.1f}")
 
 
 if __name__ == "__main__":

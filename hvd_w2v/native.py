@@ -390,6 +390,17 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_scan_ids": ([P, P, P, P, I64, I64, ctypes.c_int32], I64)}
 
 
+def trim_heap():
+    """Return the free pages of the C heap to the system (glibc's ``malloc_trim``; nothing elsewhere). numpy's
+    arrays of some MiB come from the heap once glibc's adaptive threshold has risen past them, and glibc keeps
+    the pages of those freed below live ones: after vocab.build, half of the resident set at 4M distinct tokens
+    (hvd_w2v/bench/README.md, "The text passes before training")."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def text_kernel():
     """The library of text_kernel.cc, or None (the Python passes of vocab and encode then)."""
     return _library("text_kernel", TEXT_FUNCTIONS, "the compiled text passes", fallback="Python's loops")
@@ -446,7 +457,8 @@ def gather_words(lib, words, lengths, which):
 
 class Counts:
     """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count).
-    Memory: 32 B an entry + 16 to 32 B of slots + the word's bytes, per table holding the word."""
+    Memory: 32 B slots, a power of two of them, at most two thirds full (1.5 times their bytes while a table
+    grows: memory.table_bytes), 8 B a word of its order and the bytes of words over 8 bytes."""
 
     def __init__(self, lib, threads=1):
         self.lib, self.threads = lib, max(threads, 1)

@@ -62,7 +62,8 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
       layout line then says how many CPUs that leaves idle);
     - ``stall_timeout``: seconds a rank waits for the others before the job ends with exit code 76 (None:
       automatic, 0: never; hvd_w2v/watchdog.py);
-    - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G");
+    - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G"),
+      checked while the vocabulary is counted and once it is;
     - ``checkpoint_every``: minutes between checkpoints (0: only on SIGTERM or SIGUSR1);
     - ``final_checkpoint``: keep W_in and W_out at the last step, for queries and --resume on any rank count;
     - ``resume``: go on from the newest good checkpoint in ``out`` (from step 0 when there is none);
@@ -119,9 +120,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
-    planned = []
-    paths, voc = vocabulary(comm, corpus, out, cfg, check=lambda paths, voc: planned.append(
-        memory_plan(comm, cfg, voc, paths, limit)), quiet=quiet, into=stage)
+    paths, voc, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage)
     if tensorboard:
         from . import runfolder
 
@@ -150,11 +149,9 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
 
     comm.watch.enter("finish")
     rows = comm.allgather(model.w_in.shape[0])
-    peak_mib = comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
+    peak_mib = peaks(comm)
     say(f"done: vocabulary {voc.size:,} words; rows per rank {rows}; peak resident MiB per rank {peak_mib}")
-    plan_mib = planned[0].total / memory.MIB
-    say(f"memory: planned {plan_mib:,.0f} MiB per rank, measured peak {peak_mib} MiB "
-        f"({max(peak_mib) / plan_mib:.0%} of plan)")
+    say(against_plan(planned.total, peak_mib))
     summary = dict(state="finished", steps_done=record["total_steps"], **({"checkpoint": final} if final else {}))
     if stats["words"]:  # nothing was trained when --resume found the run's last step
         say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
@@ -206,17 +203,19 @@ def start(cfg=None, threads=None, stall_timeout=None):
                          stall_timeout=stall_timeout)
 
 
-def vocabulary(comm, corpus, out, cfg, check=None, quiet=False, into=None):
+def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None):
     """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
-    corpus) and write it as vocab.txt ("word count" lines, most frequent first) into the folder ``into``
-    (None: ``out``; train and the vocab and encode commands give their :func:`staging` folder, moved into
-    place by :func:`commit`). Returns (paths, Vocab).
+    corpus), plan the memory of a job that runs up to ``stage`` (:func:`memory_plan`) and write the vocabulary
+    as vocab.txt ("word count" lines, most frequent first) into the folder ``into`` (None: ``out``; train and
+    the vocab and encode commands give their :func:`staging` folder, moved into place by :func:`commit`).
+    Returns (paths, Vocab, memory.MemoryPlan).
 
-    ``check(paths, vocab)``, when given, runs once the vocabulary is known and before anything is written to
-    ``out``: it may raise UserError on every rank (the memory plan does). ``quiet``: no progress lines while
-    the text is read."""
+    ``limit``: bytes per rank (--max-memory-per-rank) or None; with the limits the job runs under
+    (:func:`memory_limit`), the count refuses, on every rank, before the counts a rank hash-owns outgrow them
+    (memory.CountingLimit), and the plan before anything is written to ``out``. ``quiet``: no progress lines
+    while the text is read."""
     from . import export as export_mod
-    from . import runfolder, vocab
+    from . import memory, native, runfolder, vocab
     from .comm import log
     from .shard import RowPlan
 
@@ -226,13 +225,17 @@ def vocabulary(comm, corpus, out, cfg, check=None, quiet=False, into=None):
     if not corpus:
         say(f"no corpus given: using the real English corpus, {DEFAULT_CORPUS}")
     paths = corpus_files(comm, list(corpus) if corpus else default_corpus(comm), say)
-    voc = vocab.build(comm, paths, cfg, say, reading=not quiet)
-    if check:
-        check(paths, voc)
+    cap = memory_limit(comm, limit)
+    counting = None
+    if cap:
+        passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
+        counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes)
+    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting)
+    the_plan = memory_plan(comm, cfg, voc, paths, cap, stage)
     name = os.path.join(into or out, "vocab.txt")
     export_mod.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
     say(f"vocab: {os.path.join(out, 'vocab.txt')}")
-    return paths, voc
+    return paths, voc, the_plan
 
 
 def hold(comm, out, command, resume=False, overwrite=False):
@@ -391,48 +394,73 @@ def default_corpus(comm):
     return [DEFAULT_CORPUS]
 
 
-def memory_plan(comm, cfg, voc, paths, limit=None):
-    """Print the memory plan (rank 0) and the ranks' layout, and refuse to start, on every rank, when the
-    plan does not fit ``limit`` (bytes per rank) or a limit the job runs under (memory.limits). Returns the
-    MemoryPlan. Runs before the model is allocated and before the output folder is written."""
+def corpus_bytes(paths):
+    """The text's size in bytes, or None when unknown: a gzip file's text is larger than its file."""
+    return None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+
+
+def memory_limit(comm, limit=None):
+    """Print the ranks' layout and return the smallest memory limit per rank this job runs under: ``limit``
+    (bytes, --max-memory-per-rank) or a limit of its cgroup or Slurm (memory.limits), as ``(bytes, source)``,
+    or None when there is none. Collective (the layout's allgather)."""
     import socket
 
     from . import comm as comm_mod
     from . import memory
     from .comm import log
 
-    # The plan's reading peak depends on the text per rank; a gzip file's text size is unknown (None).
-    corpus_bytes = None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
-    # The kept tokens approximate the id stream's length (sentence ends add one position per line).
-    the_plan = memory.plan(voc.size, cfg, comm.size, positions=voc.total, corpus_bytes=corpus_bytes,
-                           threads=comm.threads)
-    for line in the_plan.describe().splitlines():
-        log(comm, f"plan: {line}")
     # Every rank's host, so each knows how many ranks share its node (and its cgroup).
     hosts, where = comm_mod.layout(comm)
     log(comm, f"layout: {where}")
     found = memory.limits(hosts.count(socket.gethostname()))
     if limit is not None:
         found.append((limit, "--max-memory-per-rank"))
+    return min(found) if found else None
+
+
+def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
+    """Print the memory plan (rank 0) of a job that runs up to ``stage`` ("vocab", "encode" or "train":
+    memory.MemoryPlan.peak), and refuse, on every rank, when it does not fit ``cap`` (:func:`memory_limit`'s
+    ``(bytes per rank, source)``, or None). Returns the MemoryPlan. Runs once the vocabulary is counted, before
+    the model is allocated and before the output folder is written."""
+    from . import memory, native
+    from .comm import log
+
+    # The kept tokens approximate the id stream's length (sentence ends add one position per line). What the
+    # count found (its distinct tokens, the most a rank hash-owned, the tokens read) sizes the text passes.
+    text = dict(positions=voc.total, corpus_bytes=corpus_bytes(paths), threads=comm.threads, distinct=voc.distinct,
+                raw_tokens=voc.raw_words, block_distinct=voc.block_distinct,
+                passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON)
+    the_plan = memory.plan(voc.size, cfg, comm.size, owned=voc.most_owned, **text)
+    for line in the_plan.describe(stage).splitlines():
+        log(comm, f"plan: {line}")
     error = None
-    if found:
-        cap, source = min(found)
-        if the_plan.total > cap:
-            need = memory.min_ranks(cap, voc.size, cfg, positions=voc.total, corpus_bytes=corpus_bytes,
-                                    threads=comm.threads)
-            mib = lambda b: f"{b / memory.MIB:,.0f} MiB"  # noqa: E731
-            if need:
-                there = memory.plan(voc.size, cfg, need, positions=voc.total, corpus_bytes=corpus_bytes,
-                                    threads=comm.threads).total
-                hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
-            else:
-                hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
-                        f"the per-word tables {mib(the_plan.tables)}")
-            error = (f"memory plan does not fit: {mib(the_plan.total)} per rank planned on "
-                     f"{counted(comm.size, 'rank')} ({voc.size:,} words, dim {cfg.dim}), limit {mib(cap)} "
-                     f"per rank from {source}; {hint}")
+    if cap and the_plan.peak(stage) > cap[0]:
+        (limit, source), planned = cap, the_plan.peak(stage)
+        need = memory.min_ranks(limit, voc.size, cfg, stage=stage, **text)
+        mib = lambda b: f"{b / memory.MIB:,.0f} MiB"  # noqa: E731
+        if need:
+            there = memory.plan(voc.size, cfg, need, **text).peak(stage)
+            hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
+        else:
+            hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
+                    f"the per-word tables {mib(the_plan.tables)}")
+        error = (f"memory plan does not fit: {mib(planned)} per rank planned on {counted(comm.size, 'rank')} "
+                 f"({voc.size:,} words, dim {cfg.dim}), limit {mib(limit)} per rank from {source}; {hint}")
     comm.agree(error)  # every rank leaves together, before any matrix is allocated
     return the_plan
+
+
+def peaks(comm):
+    """Every rank's peak resident memory so far, MiB, by rank. Collective (an allgather)."""
+    return comm.allgather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # Linux: KiB
+
+
+def against_plan(planned, peak_mib):
+    """The line that sets the ranks' measured peaks (:func:`peaks`) beside the plan's ``planned`` bytes."""
+    plan_mib = planned / (1 << 20)
+    return (f"memory: planned {plan_mib:,.0f} MiB per rank, measured peak {peak_mib} MiB "
+            f"({max(peak_mib) / plan_mib:.0%} of plan)")
 
 
 def _saver(out, cfg, threads, stall_timeout, checkpoint_every):

@@ -261,6 +261,21 @@ class Table {
     return slot.length <= 8 ? reinterpret_cast<const unsigned char*>(&slot.word) : bytes_.data() + slot.word;
   }
 
+  // Room for ``n`` words, ``bytes`` of them in words over 8 bytes, made at once in an empty table: no growth
+  // (a growth holds the old slots and the twice as many new ones at once), no spare capacity beyond the
+  // slots' power of two.
+  void reserve(int64_t n, int64_t bytes) {
+    if (!where_.empty()) return;
+    uint64_t size = slots_.size();
+    while (3 * static_cast<uint64_t>(n) > 2 * size) size *= 2;
+    if (size > slots_.size()) {
+      std::vector<Slot>(size).swap(slots_);
+      mask_ = size - 1;
+    }
+    where_.reserve(n);
+    bytes_.reserve(bytes);
+  }
+
   // Empty, keeping the memory of its slots for the next block or round.
   void clear() {
     if (where_.size() * 8 < slots_.size()) {  // few words: clear their slots alone
@@ -533,6 +548,8 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
   auto& tables = static_cast<Counts*>(counts)->tables;
   std::vector<const Table::Slot*> slot;
   std::vector<const Table*> of;
+  slot.reserve(hvd_w2v_counts_size(counts));
+  of.reserve(slot.capacity());
   for (const Table& t : tables)
     t.for_each([&](const Table::Slot& s) {
       slot.push_back(&s);
@@ -565,6 +582,9 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
     byte_start[r] += slot[i]->length;
   }
   for (Table& t : tables) keep ? t.clear() : t.release();
+  if (!keep)  // the tokens' scratch too (hvd_w2v_counts_add_text's, on more than one thread)
+    for (auto& finder : static_cast<Counts*>(counts)->found)
+      for (auto& list : finder) std::vector<Counts::Token>().swap(list);
 }
 
 // out[i] = vocab.hash64 of word i of n (``lengths`` bytes each, end to end in ``words``), on ``threads``.
@@ -581,6 +601,9 @@ void hvd_w2v_hash_words(const unsigned char* words, const int64_t* lengths, int6
 // A hash owner's word -> id: n words (``lengths`` bytes each, end to end in ``words``) and their ``ids``.
 void* hvd_w2v_lookup_new(const unsigned char* words, const int64_t* lengths, const int64_t* ids, int64_t n) {
   Table* table = new Table();
+  int64_t longer = 0;  // the bytes of the words over 8 bytes, which the table keeps beside its slots
+  for (int64_t i = 0; i < n; ++i) longer += lengths[i] > 8 ? lengths[i] : 0;
+  table->reserve(n, longer);
   for (int64_t i = 0; i < n; ++i) {
     table->at(words, static_cast<uint32_t>(lengths[i]), ids[i]);
     words += lengths[i];

@@ -16,14 +16,14 @@ Memory per rank (8-byte words):
 - while counting: the partial Counter, at most FLUSH_WORDS + CHUNK_BYTES / 2 = 98,304 distinct words at 96 B,
   and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107 B
   more: PARTIAL_BYTES = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct tokens
-  it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, about 85 B each, briefly up to
-  half more while the dict's table doubles. The reader holds one corpus.BLOCK_BYTES block and one chunk's
-  tokens. On one rank there are no rounds: its partial Counter is the owner's.
+  it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are counted,
+  so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
+  and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's.
   The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
   bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. The
-  owner's counts take 48 to 96 B a distinct token (144 B while doubling). The reader holds two blocks (one
-  read ahead).
+  reader holds two blocks (one read ahead). The memory plan gives the owner's counts in either form
+  (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text passes before training").
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
@@ -33,7 +33,9 @@ Counter per rank of all its range's distinct tokens (before the rounds), are in 
 ("Vocabulary counting").
 """
 import hashlib
+import itertools
 import math
+import os
 import re
 from collections import Counter
 
@@ -47,8 +49,8 @@ from .wording import counted
 NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
 
 # Distinct words a rank's partial Counter may hold before it joins a round that sends them to their owners.
-# Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the memory
-# plan's 104 MiB for reading text; each round costs a handful of collectives and Python work per word sent
+# Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the text
+# the memory plan reads at a time (an 8 MiB block); each round costs a handful of collectives and work per word sent
 # (hash64, sorting, merging), and a smaller bound sends the frequent words more often.
 FLUSH_WORDS = 1 << 16
 # Text counted between two looks at the bound: a chunk of it holds at most CHUNK_BYTES / 2 tokens (a token
@@ -139,6 +141,10 @@ class CountRuns:
 class Vocab:
     """What one rank knows of the vocabulary. ``size`` words, ids ``0..size-1`` in frequency order."""
 
+    distinct = 0  # the corpus's distinct tokens, kept or not, as :func:`build` counted them (0: unknown)
+    most_owned = 0  # the most distinct tokens any rank hash-owned while counting (the memory plan's)
+    block_distinct = 0  # the distinct tokens a block of text is expected to hold (0: unknown; the plan's)
+
     def __init__(self, runs, raw_words, lookup, row_words, row_counts, owned=None):
         self.runs = runs  # CountRuns: every id's count, keep-probability and noise weight
         self.size = runs.size  # V: words kept
@@ -209,10 +215,11 @@ class Counted:
 
 
 def split_words(words, lengths):
-    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64)."""
+    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64). The ends are summed as
+    they are used, not listed first: a list of them would hold a Python int (40 B) a word at the peak."""
     data = words.tobytes()
-    ends = np.cumsum(lengths).tolist()
-    return [data[e - n:e] for e, n in zip(ends, lengths.tolist())]
+    sizes = lengths.tolist()  # small ints: Python's cached objects, 8 B a word in the list
+    return [data[e - n:e] for e, n in zip(itertools.accumulate(sizes), sizes)]
 
 
 def gather_words(words, lengths, which):
@@ -229,7 +236,7 @@ def gather_words(words, lengths, which):
     return words[index], picked
 
 
-def count(comm, pieces, error=None, reading=None, threads=1):
+def count(comm, pieces, error=None, reading=None, threads=1, limit=None):
     """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
 
     Returns ``(Counted, tokens read by this rank)``. ``error``: this rank's bad-input message found before
@@ -238,10 +245,16 @@ def count(comm, pieces, error=None, reading=None, threads=1):
     loops count on one thread, the same counts. Raises UserError on every rank, at the first round after any
     rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring; the
     partial counts never exceed FLUSH_WORDS words plus one chunk's.
+
+    ``limit`` (memory.CountingLimit, or None): asked, before the counts this rank owns take more words, how
+    many distinct tokens it may own (its refusal or None); a refusal stops the count as bad input does, before
+    those words are added. On more than one rank a round's words received are the most it can take on; on one
+    rank, before each part of its text, as many more as the part before added (scaled by its bytes: a
+    corpus's new words thin out as it goes on), or the part's tokens with Python's 64 KiB parts.
     """
     lib = native.text_kernel()
     if lib is not None:
-        return _count_compiled(comm, lib, pieces, error, reading, threads)
+        return _count_compiled(comm, lib, pieces, error, reading, threads, limit)
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
@@ -253,7 +266,9 @@ def count(comm, pieces, error=None, reading=None, threads=1):
                 tokens = next(chunks, None)
             except UserError as e:
                 error, tokens = str(e), None
-            if tokens is None:
+            if tokens is not None and limit and comm.size == 1:
+                error = limit(len(local) + len(tokens))
+            if tokens is None or error:
                 done = True
             else:
                 raw += len(tokens)
@@ -264,12 +279,15 @@ def count(comm, pieces, error=None, reading=None, threads=1):
             raise UserError(errors[0])
         if comm.size == 1:
             return Counted.of(local), raw
-        _flush(comm, local, owned)
+        error = _flush(comm, local, owned, limit)
+        if error:
+            done = True
         if all(d for d, _ in states):
+            comm.agree(error)  # a refusal in the last round (a memory limit's)
             return Counted.of(owned), raw
 
 
-def _count_compiled(comm, lib, pieces, error, reading, threads):
+def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     """:func:`count` with the compiled tables: the same rounds, the per-token work in text_kernel.cc on
     ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
     word)."""
@@ -279,41 +297,55 @@ def _count_compiled(comm, lib, pieces, error, reading, threads):
     chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
     parts = iter(()) if error else _parts(pieces, chunk, reading)
     raw, done = 0, error is not None
+    added, after = 0, 1  # one rank: the words the last part added, and its bytes
     while True:
         while not done and len(local) <= bound:
             try:
                 part = next(parts, None)
             except UserError as e:
                 error, part = str(e), None
-            if part is None:
+            if part is not None and limit and comm.size == 1:
+                _, start, end = part
+                error = limit(len(local) + math.ceil(added * (end - start) / after))
+            if part is None or error:
                 done = True
             else:
+                before = len(local)
                 raw += local.add_text(*part)
+                added, after = len(local) - before, max(part[2] - part[1], 1)
         states = comm.allgather((done, error))  # one round: who is out of text, and any bad input
         errors = [e for _, e in states if e]
         if errors:
             raise UserError(errors[0])
         if comm.size > 1:
-            _flush_compiled(comm, local, owned)
+            error = _flush_compiled(comm, local, owned, limit)
+            if error:
+                done = True
         if comm.size == 1 or all(d for d, _ in states):
             break
+    if comm.size > 1:
+        comm.agree(error)  # a refusal in the last round (a memory limit's)
     del local
     words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
     return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
 
 
-def _flush_compiled(comm, local, owned):
+def _flush_compiled(comm, local, owned, limit=None):
     """_flush with native.Counts: the words travel laid end to end (collective: one round)."""
     words, lengths, counts, _, per_dest = local.take(comm.size)
     got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
     del words
     got_counts, _ = comm.alltoallv(counts, per_dest)
-    owned.add_words(got_words, got_lengths, got_counts)
+    refused = limit(len(owned) + len(got_lengths)) if limit else None
+    if not refused:
+        owned.add_words(got_words, got_lengths, got_counts)
+    return refused
 
 
-def _flush(comm, local, owned):
+def _flush(comm, local, owned, limit=None):
     """Send the partial counts ``local`` to the words' hash owners, add those received to ``owned``, and
-    empty ``local`` (collective: one round)."""
+    empty ``local`` (collective: one round). Returns ``limit``'s refusal of the words received (then not
+    added), or None."""
     words = list(local)
     counts = np.fromiter(local.values(), dtype=np.int64, count=len(words))  # in the order of ``words``
     local.clear()
@@ -322,9 +354,13 @@ def _flush(comm, local, owned):
     got_words = exchange_words(comm, words, per_dest)
     del words
     got_counts, _ = comm.alltoallv(counts[order], per_dest)
+    refused = limit(len(owned) + len(got_words)) if limit else None
+    if refused:
+        return refused
     get = owned.get
     for w, c in zip(got_words, got_counts.tolist()):
         owned[w] = get(w, 0) + c
+    return None
 
 
 _WHITESPACE = re.compile(b"[" + re.escape(corpus.WHITESPACE) + b"]")
@@ -359,18 +395,29 @@ def _parts(pieces, chunk_bytes, reading):
             start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None, reading=True):
+def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
-    cannot read a file or sees another size than rank 0 (corpus.check_shared)."""
+    cannot read a file or sees another size than rank 0 (corpus.check_shared), or when the counts a rank
+    hash-owns outgrow ``limit`` (memory.CountingLimit, see :func:`count`)."""
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
     shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
-    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads)
+    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")
-    log(f"vocab: {raw_words:,} words read, {comm.allreduce(len(tally)):,} distinct tokens")
+    distinct, most_owned = comm.allreduce(len(tally)), comm.allreduce(len(tally), "max")
+    log(f"vocab: {raw_words:,} words read, {distinct:,} distinct tokens")
+    # The distinct tokens of a block of text (corpus.BLOCK_BYTES), expected were the corpus's tokens in random
+    # order, sum of 1 - (1 - share) ** count: text repeats its words nearer together, so a block holds fewer.
+    # What the encoding asks of the owners at a time, for the memory plan (0: a gzip text's share is unknown).
+    text_bytes = 0 if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
+    if not text_bytes or text_bytes <= corpus.BLOCK_BYTES:
+        block_distinct = distinct if text_bytes else 0
+    else:  # the same branch on every rank: they see the same files
+        rest = math.log1p(-corpus.BLOCK_BYTES / text_bytes)
+        block_distinct = math.ceil(comm.allreduce(float(-np.expm1(rest * tally.counts).sum())))
 
     keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
@@ -384,19 +431,29 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True):
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
+    del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
     owner = plan.owner(my_ids)
     order = np.argsort(owner, kind="stable")
     per_dest = np.bincount(owner, minlength=comm.size)
+    del owner
     row_words, row_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
     row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
+    del order
+    by_row = np.argsort(plan.local_row(row_ids))
+    del row_ids
     # Each of this rank's rows receives one word: the words in local row order.
-    words_by_row = split_words(*gather_words(row_words, row_lengths, np.argsort(plan.local_row(row_ids))))
+    words_by_row = split_words(*gather_words(row_words, row_lengths, by_row))
+    del row_words, row_lengths, by_row
     assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
-    return Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
+    voc = Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
+    voc.distinct, voc.most_owned, voc.block_distinct = distinct, most_owned, block_distinct
+    # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
+    native.trim_heap()
+    return voc
 
 
 def agree_ids(comm, counts, hashes, sample):

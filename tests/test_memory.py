@@ -27,12 +27,17 @@ def test_model_part_falls_as_one_over_ranks():
 def test_components_add_up(ranks, corpus_bytes):
     p = memory.plan(500_000, Config(hot_rows=1000), ranks, positions=10**8, corpus_bytes=corpus_bytes)
     assert p.training == p.model + p.step + p.hot
-    assert p.total == p.baseline + p.tables + p.words + max(p.read, p.training)
+    assert p.total == p.baseline + max(p.counting, p.tables + p.words + max(p.encoding, p.training))
+    assert p.peak("vocab") == p.baseline + max(p.counting, p.tables + p.words) <= p.peak("encode") <= p.total
+    assert p.passes == p.peak("encode") - p.baseline
     assert p.baseline == memory.BASELINE_BYTES
     assert p.tables == vocab.RUN_BYTES * 14143 + vocab.GUIDE_BYTES + vocab.KEEP_HEAD_BYTES
     assert p.hot > 2 * 1000 * 100 * 4
+    assert p.owned_tokens == -(-500_000 // ranks)  # no distinct tokens given: the words kept, the fewest
+    assert p.counting == p.owned + memory.counting_bytes(0, ranks, 1, corpus_bytes)
     lines = str(p).splitlines()
-    assert len(lines) == 2 and f"{p.total / MIB:,.0f} MiB per rank" in lines[0]
+    assert len(lines) == 3 and f"{p.total / MIB:,.0f} MiB per rank" in lines[0]
+    assert len(p.describe("encode").splitlines()) == 2
 
 
 def test_total_never_grows_with_ranks():
@@ -121,6 +126,131 @@ def test_measured_peak_is_within_15_percent_of_the_plan(tmp_path, corpus):
     planned = int(m.group(1).replace(",", ""))
     for measured in map(int, m.group(2, 3)):
         assert abs(measured - planned) <= 0.15 * planned, m.group(0)
+
+
+def test_counting_part_grows_with_the_distinct_tokens_as_fitted():
+    """The count's part: the reading, then the compiled table's slots (a power of two, two thirds full at most,
+    1.5 times their bytes at their last growth) and the fitted bytes of each distinct token hash-owned."""
+    passes, block = memory.COMPILED, 10 << 20
+    reading = passes.count_read * memory.BLOCK_BYTES  # a block of 8 MiB at most
+    assert memory.block_bytes(1, block) == memory.BLOCK_BYTES and memory.block_bytes(4, block) == 10 << 18
+    for owned, slots in [(10, 16), (100_000, 1 << 18), (1_000_000, 1 << 21), (2_796_202, 1 << 22),
+                         (2_796_203, 1 << 23), (4_000_000, 1 << 23)]:
+        assert memory.table_slots(owned) == slots
+        grown = 48 * slots if slots > 16 else 32 * slots
+        assert memory.counting_bytes(owned, 1, corpus_bytes=block) == reading + grown + passes.owned_word * owned
+    # Python's counts: a dict, fitted per distinct token alone.
+    assert memory.counting_bytes(10**6, 1, corpus_bytes=block, passes=memory.PYTHON) == \
+        memory.PYTHON.count_read * memory.BLOCK_BYTES + memory.PYTHON.owned_word * 10**6
+    # On more ranks each hash-owns its share, in one table, beside the partial counts; the plan takes the
+    # most loaded rank's when it is known, else an even share of the distinct tokens.
+    cfg = Config()
+    two = memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000)
+    assert two.owned_tokens == 2_000_000
+    assert two.counting == memory.counting_bytes(2_000_000, 2, corpus_bytes=block)
+    assert two.counting - two.owned == memory.counting_bytes(0, 2, corpus_bytes=block)
+    assert memory.counting_bytes(0, 2, corpus_bytes=block) == (memory.PARTIAL_BYTES + 32 * 16
+                                                               + passes.count_read * memory.block_bytes(2, block))
+    assert memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000, owned=2_900_000).counting > \
+        two.counting
+    counted = [memory.plan(1_000_000, cfg, 1, distinct=d).counting for d in range(1_000_000, 9_000_000, 500_000)]
+    assert all(a < b for a, b in zip(counted, counted[1:]))
+
+
+def test_the_plans_table_grows_where_the_kernels_does():
+    """A compiled count table's resident peak jumps by half its new slots' bytes (old and new at once) where
+    the plan's table_slots doubles: one word past two thirds of 2^20 slots adds about 48 MiB."""
+    import numpy as np
+
+    from hvd_w2v import native
+
+    lib = native.text_kernel()
+    if lib is None:
+        pytest.skip(f"the compiled text passes are not available: {native.unavailable('text_kernel')}")
+    limit = 2 * (1 << 20) // 3  # 699,050 words fill 2^20 slots to two thirds
+
+    def peak(n):
+        words = np.frombuffer(b"".join(b"w%07d" % i for i in range(n)), np.uint8)
+        lengths, counts = np.full(n, 8, np.int64), np.ones(n, np.int64)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM back to VmRSS
+        before = status("VmRSS")
+        table = native.Counts(lib, 1)
+        table.add_words(words, lengths, counts)
+        grown = status("VmHWM") - before
+        del table
+        return grown
+
+    assert memory.table_slots(limit) == 1 << 20 and memory.table_slots(limit + 1) == 1 << 21
+    jump = peak(limit + 1) - peak(limit)
+    planned = memory.table_bytes(limit + 1) - memory.table_bytes(limit)  # 48 MiB: 1.5 x 2^20 more slots of 32 B
+    print(f"one word more: the table's peak grew {jump / MIB:.1f} MiB, planned {planned / MIB:.1f}")
+    assert planned <= jump < 1.2 * planned, (jump, planned)  # and 8 B a word of their order
+
+
+def status(key):
+    return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) * 1024
+
+
+@pytest.mark.parametrize("kernel", ["compiled", "python"])
+def test_counting_refuses_before_the_owned_counts_outgrow_the_limit(tmp_path, monkeypatch, kernel):
+    """One rank: the count asks before each part of its text (64 KiB blocks here) and stops, with the plan's
+    message, where the table of its distinct tokens would pass the limit; under a limit it fits, the same
+    counts as without one."""
+    from hvd_w2v import corpus as corpus_mod
+    from hvd_w2v import native
+    from hvd_w2v.plan import Alone
+
+    if kernel == "python":
+        monkeypatch.setattr(native, "text_kernel", lambda: None)
+    elif native.text_kernel() is None:
+        pytest.skip(f"the compiled text passes are not available: {native.unavailable('text_kernel')}")
+    monkeypatch.setattr(corpus_mod, "BLOCK_BYTES", 64 << 10)
+    path = tmp_path / "flat.txt"
+    generate(str(path), 60_000, vocab=1_000_000, exponent=0.5, seed=2)  # about 55,000 distinct tokens
+    pieces = corpus_mod.split([str(path)], 1)[0]
+    passes = memory.COMPILED if kernel == "compiled" else memory.PYTHON
+    size = path.stat().st_size
+
+    def limited(owned):
+        return memory.CountingLimit(memory.BASELINE_BYTES + memory.counting_bytes(owned, 1, 1, size, passes),
+                                    "a test's limit", 0, 1, 1, size, passes)
+
+    whole, _ = vocab.count(Alone(), pieces)
+    distinct = len(whole)
+    assert distinct > 40_000
+    fits, _ = vocab.count(Alone(), pieces, limit=limited(2 * distinct))  # room for the projection past the end
+    assert len(fits) == distinct and sorted(fits.counts.tolist()) == sorted(whole.counts.tolist())
+    with pytest.raises(UserError) as refused:
+        vocab.count(Alone(), pieces, limit=limited(distinct // 4))
+    message = str(refused.value)
+    assert message.startswith("memory plan does not fit: counting the vocabulary, rank 0 would hash-own "), message
+    assert " per rank from a test's limit; " in message, message
+    owned = int(re.search(r"would hash-own ([\d,]+) distinct", message).group(1).replace(",", ""))
+    assert distinct // 4 < owned < distinct, message  # stopped while counting, not at the end
+
+
+def test_counting_refusal_on_two_ranks_writes_nothing(tmp_path):
+    """`hvd-w2v vocab` on 2 ranks under a limit that the baseline and the reading fit but the counts of the
+    corpus's 235,000 distinct tokens (118,000 a rank: a table of 2^18 slots) do not: exit code 2, one
+    message from the count, nothing written and nothing lost."""
+    corpus = tmp_path / "flat.txt"
+    generate(str(corpus), 300_000, vocab=1_000_000, exponent=0.5, seed=5)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "vocab.txt").write_bytes(b"an earlier vocabulary\n")
+    result = launch(2, ["hvd-w2v", "vocab", corpus, "--out", out, "--overwrite", "--max-memory-per-rank", "460M"],
+                    timeout=60)
+    assert not result.hung and result.returncode == 2, result.output[-2000:]
+    errors = [line for line in result.output.splitlines() if line.startswith("hvd-w2v: error:")]
+    assert len(errors) == 1, result.output[-2000:]
+    assert re.match(r"hvd-w2v: error: memory plan does not fit: counting the vocabulary, rank \d would hash-own "
+                    r"[\d,]+ distinct tokens: 4\d\d MiB per rank planned on 2 ranks", errors[0]), errors[0]
+    assert re.search(r"limit 460 MiB per rank from --max-memory-per-rank; at least \d+ ranks for the [\d,]+ or "
+                     r"so distinct tokens counted by then \(4\d\d MiB per rank there\)", errors[0]), errors[0]
+    assert "Traceback" not in result.output and "plan:" not in result.output  # refused before the plan
+    assert sorted(p.name for p in out.iterdir()) == ["vocab.txt"]
+    assert (out / "vocab.txt").read_bytes() == b"an earlier vocabulary\n"
 
 
 def test_address_space_limit_is_not_a_memory_limit():

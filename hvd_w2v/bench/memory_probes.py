@@ -1,10 +1,11 @@
 """The measurements behind hvd_w2v.memory's constants, one probe each.
 
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes baseline       # BASELINE_BYTES
-    python -m hvd_w2v.bench.memory_probes words                          # WORD_BYTES
+    python -m hvd_w2v.bench.memory_probes words                          # a list and a dict of words
     python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
-                                                                         # STEP_*_BYTES, READ_BYTES_PER_TEXT_BYTE
+                                                                         # STEP_*_BYTES
+    mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR   # COMPILED, PYTHON (text passes)
     python -m hvd_w2v.bench.memory_probes shapes 3000                    # training.CENTRE_BUCKET, ROW_BUCKET
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
@@ -105,7 +106,7 @@ def phases(argv):
     args = cli.parser().parse_args(["train", *argv])
     cfg = cli.config_from(args)
     comm = pipeline.start(cfg, args.threads, args.stall_timeout)
-    paths, voc = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
+    paths, voc, _ = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
     print(f"rank {comm.rank}: after vocab HWM {status('VmHWM')} RSS {status('VmRSS')} V {voc.size:,}", flush=True)
     stream = pipeline.encode(comm, paths, voc, args.out)
     print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",
@@ -115,11 +116,62 @@ def phases(argv):
           f"RssAnon {status('RssAnon')}", flush=True)
 
 
+def passes(argv):
+    """Each phase of the text passes (`hvd-w2v encode`'s): the count's peak, vocab.build's, the words' resident
+    set after it and the encoding's peak above that, beside the plan's counting, words and encoding (memory.py).
+    Each peak is the high-water mark above the resident set before the phase (reset through clear_refs)."""
+    from hvd_w2v import cli, memory, native, pipeline, vocab
+
+    args = cli.parser().parse_args(["encode", *argv])
+    cfg = cli.config_from(args)
+    comm = pipeline.start(cfg, args.threads, args.stall_timeout)
+    paths = pipeline.corpus_files(comm, args.corpus, lambda m: None)
+    counted = {}
+
+    def count(*a, **k):  # vocab.build's count, its peak and the distinct tokens this rank hash-owns taken
+        tally, raw = count_words(*a, **k)
+        counted.update(peak=status_bytes("VmHWM") - start, owned=len(tally))
+        return tally, raw
+
+    count_words, vocab.count = vocab.count, count
+    reset_peak()
+    start = status_bytes("VmRSS")
+    voc = vocab.build(comm, paths, cfg, reading=False)
+    vocab.count = count_words
+    build, words = status_bytes("VmHWM") - start, status_bytes("VmRSS") - start
+    reset_peak()
+    before = status_bytes("VmRSS")
+    pipeline.encode(comm, paths, voc, args.out, quiet=True)
+    encoding, kept = status_bytes("VmHWM") - before, status_bytes("VmRSS") - before
+    rows = len(voc.row_words)
+    passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
+    planned = memory.plan(voc.size, cfg, comm.size, voc.total, pipeline.corpus_bytes(paths), threads=comm.threads,
+                          distinct=voc.distinct, raw_tokens=voc.raw_words, owned=counted["owned"],
+                          block_distinct=voc.block_distinct, passes=passes)  # with this rank's owned tokens
+    mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
+    print(f"rank {comm.rank} of {comm.size}, {comm.threads} thread(s), {'compiled' if passes.tables else 'Python'}: "
+          f"{counted['owned']:,} distinct tokens hash-owned, {rows:,} words; measured (planned) MiB: counting "
+          f"{mib(counted['peak'])} ({mib(planned.counting)}), build {mib(build)}, words {mib(words)} "
+          f"({mib(planned.words)}; {words / rows:.1f} B a word), encoding {mib(encoding)} ({mib(planned.encoding)}), "
+          f"kept after encoding "
+          f"{mib(kept)}", flush=True)
+
+
+def status_bytes(key):
+    return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) * 1024
+
+
+def reset_peak():
+    """VmHWM back to VmRSS (Linux: /proc/self/clear_refs)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     probes = {"baseline": lambda: baseline(), "words": lambda: words(),
               "step": lambda: step(*map(int, argv[1:4])), "phases": lambda: phases(argv[1:]),
-              "shapes": lambda: shapes(int(argv[1]))}
+              "shapes": lambda: shapes(int(argv[1])), "passes": lambda: passes(argv[1:])}
     if not argv or argv[0] not in probes:
         raise SystemExit(__doc__)
     probes[argv[0]]()

@@ -4,13 +4,15 @@ against the compiled passes (text_kernel.cc) on 1 and 2 threads, and word2vec.c'
     python -m hvd_w2v.bench.textpass                       # the flat synthetic vocabulary of issue 37: 4M words,
                                                            # 40M tokens (330 MB), and data/real/corpus.txt if built
     python -m hvd_w2v.bench.textpass --scale 0.25 --runs 3 # a quicker look: 1M words, 10M tokens
+    python -m hvd_w2v.bench.textpass --python-runs 0       # the compiled passes alone (Python's take minutes)
 
 Run from the checkout. Each pass runs in a process of its own (``one``, below: vocab.build then encode.encode
 on one rank, as `hvd-w2v encode` does, timed apart), the modes taking turns, ``--runs`` times each (Python's,
 much slower, ``--python-runs`` times); the table gives medians, the seconds of the files' bytes, the CPU seconds
 of the process (the compiled passes read the next block on a thread of their own while they work on one, so a
 "1 thread" run may use a little more than one core) and the growth of its peak resident memory during the
-passes. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
+passes, beside what the memory plan gives them (memory.MemoryPlan.passes: the count, or the words and tables
+with the encoding, from the distinct tokens, words and tokens that run counted) and their ratio. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
 temporary folder and run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone,
 which is what it does before training (it has no encoding pass). Without it, its column says so and is left out.
 
@@ -44,8 +46,8 @@ def make_corpus(path, vocab, tokens, seed=3):
 
 
 def one(corpus, mode, threads, min_count):
-    """One timed run in this process: prints ``count S encode S cpu S peak MiB words N``."""
-    from hvd_w2v import encode, native, vocab
+    """One timed run in this process: prints ``count S encode S cpu S peak MiB planned MiB words N``."""
+    from hvd_w2v import encode, memory, native, vocab
     from hvd_w2v.config import Config
     from hvd_w2v.plan import Alone
 
@@ -66,8 +68,12 @@ def one(corpus, mode, threads, min_count):
         t2 = time.perf_counter()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    planned = memory.plan(voc.size, Config(min_count=min_count), 1, voc.total, os.path.getsize(corpus),
+                          threads=threads, distinct=voc.distinct, raw_tokens=voc.raw_words, owned=voc.most_owned,
+                          block_distinct=voc.block_distinct,
+                          passes=memory.PYTHON if mode == "python" else memory.COMPILED).passes
     print(f"count {t1 - t0:.3f} encode {t2 - t1:.3f} cpu {_cpu() - cpu:.3f} "
-          f"peak {(_status('VmHWM') - before) / 2**20:.1f} words {voc.size}", flush=True)
+          f"peak {(_status('VmHWM') - before) / 2**20:.1f} planned {planned / 2**20:.1f} words {voc.size}", flush=True)
 
 
 def _cpu():
@@ -116,6 +122,7 @@ def table(corpus, runs, python_runs, min_count, w2v):
     size = os.path.getsize(corpus)
     modes = [("Python (today's passes), 1 thread", "python", 1, python_runs),
              ("compiled, 1 thread", "compiled", 1, runs), ("compiled, 2 threads", "compiled", 2, runs)]
+    modes = [m for m in modes if m[3] > 0]
     results = {name: [] for name, *_ in modes}
     if w2v:
         results["word2vec.c vocabulary pass, 1 thread"] = []
@@ -130,18 +137,19 @@ def table(corpus, runs, python_runs, min_count, w2v):
     for m in med.values():
         m["both"] = m["count"] + m["encode"]
     print(f"\n{corpus}: {size / MB:,.0f} MB, {med['compiled, 1 thread']['words']:,.0f} words kept; medians of "
-          f"{runs} runs ({python_runs} for Python's)")
-    print("| passes | count s | encode s | both s | MB/s | CPU s | peak MiB |")
-    print("|---|---|---|---|---|---|---|")
+          f"{runs} runs" + (f" ({python_runs} for Python's)" if python_runs else ""))
+    print("| passes | count s | encode s | both s | MB/s | CPU s | peak MiB | planned MiB | peak/plan |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, m in med.items():
-        peak = f"{m['peak']:,.0f}" if "peak" in m else "-"
+        peak = f"{m['peak']:,.0f} | {m['planned']:,.0f} | {m['peak'] / m['planned']:.0%}" if "peak" in m else "- | - | -"
         encode = f"{m['encode']:.2f}" if not name.startswith("word2vec") else "(none)"
         print(f"| {name} | {m['count']:.2f} | {encode} | {m['both']:.2f} | {size / MB / m['both']:.1f} | "
               f"{m['cpu']:.2f} | {peak} |")
     one_t, two_t = med["compiled, 1 thread"], med["compiled, 2 threads"]
-    py = med["Python (today's passes), 1 thread"]
-    print(f"compiled on 1 thread against Python's passes: {py['both'] / one_t['both']:.1f}x faster "
-          f"(2 threads: {py['both'] / two_t['both']:.1f}x)")
+    py = med.get("Python (today's passes), 1 thread")
+    if py:
+        print(f"compiled on 1 thread against Python's passes: {py['both'] / one_t['both']:.1f}x faster "
+              f"(2 threads: {py['both'] / two_t['both']:.1f}x)")
     print(f"2 threads against 1: {one_t['both'] / two_t['both']:.2f}x (count {one_t['count'] / two_t['count']:.2f}x, "
           f"encode {one_t['encode'] / two_t['encode']:.2f}x)")
     if w2v:
@@ -159,7 +167,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hvd_w2v.bench.textpass", description=__doc__.split("\n")[0])
     p.add_argument("--scale", type=float, default=1.0, help="the synthetic corpus's vocabulary and tokens times this")
     p.add_argument("--runs", type=int, default=3, help="runs of each compiled mode and of word2vec.c")
-    p.add_argument("--python-runs", type=int, default=1, help="runs of Python's passes (minutes each at scale 1)")
+    p.add_argument("--python-runs", type=int, default=1,
+                   help="runs of Python's passes (minutes each at scale 1; 0: none)")
     p.add_argument("--min-count", type=int, default=5)
     p.add_argument("--data", default=os.path.join(ROOT, "data", "bench"), help="where the synthetic corpus is kept")
     p.add_argument("--real", default=os.path.join(ROOT, "data", "real", "corpus.txt"),
