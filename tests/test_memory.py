@@ -182,10 +182,19 @@ def test_the_plans_table_grows_where_the_kernels_does():
         return grown
 
     assert memory.table_slots(limit) == 1 << 20 and memory.table_slots(limit + 1) == 1 << 21
-    jump = peak(limit + 1) - peak(limit)
     planned = memory.table_bytes(limit + 1) - memory.table_bytes(limit)  # 48 MiB: 1.5 x 2^20 more slots of 32 B
-    print(f"one word more: the table's peak grew {jump / MIB:.1f} MiB, planned {planned / MIB:.1f}")
-    assert planned <= jump < 1.2 * planned, (jump, planned)  # and 8 B a word of their order
+    # Other pages of the process may be counted in a peak now and then (63.6 MiB once, in a whole-suite run on
+    # a busy machine): up to three tries, and one within the bounds shows the jump where the plan has it. A
+    # table that grew elsewhere would jump by nothing here, or by another size, in every try.
+    jumps = []
+    for _ in range(3):
+        jumps.append(peak(limit + 1) - peak(limit))
+        print(f"one word more: the table's peak grew {jumps[-1] / MIB:.1f} MiB, planned {planned / MIB:.1f}")
+        if planned <= jumps[-1] < 1.2 * planned:  # and 8 B a word of their order
+            break
+    else:
+        raise AssertionError(f"the table's peak grew by {[round(j / MIB, 1) for j in jumps]} MiB, planned "
+                             f"{planned / MIB:.1f}")
 
 
 def status(key):
