@@ -77,6 +77,25 @@ def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
     return Batch(kid[centre][has_context], contexts, negatives)
 
 
+def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1):
+    """:func:`build` of several ranges of centres ``[(lo, hi), ...]`` at once: one Batch of their examples,
+    range after range, and each range's count (int64[R]). The compiled builder builds a range a thread on
+    ``threads`` threads in one call (what a rank's shards of a few positions each need: localsgd); numpy
+    builds one after another. The same examples either way."""
+    lib = native.example_builder()
+    if lib is None:
+        parts = [build(stream, vocab, cfg, epoch, lo, hi) for lo, hi in ranges]
+        counts = np.array([len(p) for p in parts], np.int64)
+        if not parts:
+            return _empty(cfg), counts
+        return Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("centres", "contexts", "negatives"))), counts
+    around = [read_around(stream, cfg, lo, hi) for lo, hi in ranges]
+    *made, counts = native.build_ranges(lib, [ids for ids, _ in around], [base for _, base in around],
+                                        [lo for lo, _ in ranges], [hi for _, hi in ranges], builder_keys(cfg, epoch),
+                                        cfg.window, cfg.context_span, cfg.negative, vocab.runs, threads)
+    return Batch(*made), counts
+
+
 def _empty(cfg):
     return Batch(np.zeros(0, np.int64), np.zeros((0, 2 * cfg.window), np.int64),
                  np.zeros((0, cfg.negative), np.int64))

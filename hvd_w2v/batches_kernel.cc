@@ -4,6 +4,7 @@
 //   hvd_w2v_build: batches.build (subsampling, reduced windows, contexts within the sentence and the span,
 //     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
 //     operation the one numpy does, in the same order and precision: the same examples, bit for bit.
+//   hvd_w2v_build_ranges: the same over several ranges at once (localsgd's shards), a range a thread.
 //   hvd_w2v_step_plan: training.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
 //     owner (within an owner, by a class of keys that splits the work over the threads), each example's slots
 //     in that table, and the SGD-update count of each row.
@@ -388,6 +389,42 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
   int64_t n = 0;
   for (const Examples& e : made) n += e.centres.size();
   return n;
+}
+
+// hvd_w2v_build over several ranges at once (localsgd's shards of a super-step, each a few positions): range
+// r's ids are ids[id_at[r], id_at[r + 1]), read from stream position bases[r], its centres [los[r], his[r]).
+// Each range is built on one thread, as hvd_w2v_build builds it (the same examples), and the ranges are shared
+// out over ``threads``; the examples are written range after range, and range r's count to counts[r]. So a
+// node's threads build its shards' examples at once, where one call per shard would run on one thread at a
+// time (a few positions are too few to split). Returns the examples' total.
+int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int64_t* bases, const int64_t* los,
+                             const int64_t* his, int64_t ranges, uint64_t keep_key, uint64_t window_key,
+                             uint64_t noise_key, int64_t window, int64_t span, int64_t negative, int64_t runs,
+                             const int64_t* starts, const float* keep_by_run, const float* keep_head, int64_t head,
+                             const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
+                             int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t* counts,
+                             int64_t threads) {
+  std::vector<Examples> made(ranges);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, ranges)));
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
+  for (int64_t r = 0; r < ranges; ++r) {
+    Kept kept;
+    kept.subsample(ids + id_at[r], 0, id_at[r + 1] - id_at[r], bases[r], keep_key, runs, starts, keep_by_run,
+                   keep_head, head);
+    made[r].build(kept.pos, kept.id, kept.sentence, 0, kept.pos.size(), los[r], his[r], window_key, noise_key,
+                  window, span, negative, runs, starts, cum, weight, guide, guide_size);
+  }
+  const int64_t width = 2 * window;
+  int64_t at = 0;
+  for (int64_t r = 0; r < ranges; ++r) {
+    const Examples& built = made[r];
+    std::copy(built.centres.begin(), built.centres.end(), centres + at);
+    std::copy(built.contexts.begin(), built.contexts.end(), contexts + at * width);
+    std::copy(built.negatives.begin(), built.negatives.end(), negatives + at * negative);
+    counts[r] = built.centres.size();
+    at += counts[r];
+  }
+  return at;
 }
 
 // training.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,

@@ -262,6 +262,8 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
 
 BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64, P,
                                        P, P, I64, P, P, P, I64],
+                     "hvd_w2v_build_ranges": [P, P, P, P, P, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64,
+                                              P, P, P, I64, P, P, P, P, I64],
                      "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5 + [I64]}
 BUILDER_FLAGS = ["-ffp-contract=off"]  # no fused multiply-adds: they round otherwise than numpy's float operations
 
@@ -272,30 +274,67 @@ def example_builder():
     return _library("batches_kernel", BUILDER_FUNCTIONS, "the compiled example builder", I64, BUILDER_FLAGS)
 
 
+def _runs_arrays(runs, window, negative):
+    """A vocab.CountRuns's arrays as the builder takes them (starts, keep_by_run, keep_head, cum, weight, guide),
+    checked; ValueError when they disagree."""
+    arrays = [np.ascontiguousarray(a, t) for a, t in ((runs.starts, np.int64), (runs.keep_by_run, np.float32),
+                                                      (runs.keep_head, np.float32), (runs.cum, np.float64),
+                                                      (runs.weight, np.float64), (runs.guide, np.int64))]
+    starts, keep, head, cum, weight, guide = arrays
+    if not (len(starts) == len(cum) == len(keep) + 1 and len(weight) == len(keep) and len(guide) and window > 0
+            and len(head) <= starts[-1] and negative >= 0):
+        raise ValueError("build_examples: inconsistent vocabulary runs")
+    return arrays
+
+
+def _runs_args(arrays):
+    """The builder's arguments from ``runs`` to ``guide_size`` (its signature's order)."""
+    starts, keep, head, cum, weight, guide = arrays
+    return (len(keep), starts.ctypes.data, keep.ctypes.data, head.ctypes.data, len(head), cum.ctypes.data,
+            weight.ctypes.data, guide.ctypes.data, len(guide))
+
+
 def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, threads=1):
     """batches.build's examples of centres in ``[lo, hi)`` from ``ids`` (int32, read from stream position
     ``base``), with ``keys`` the (keep, window, noise) rng keys and ``runs`` a vocab.CountRuns, built on
     ``threads`` threads (the same examples on any count); returns (centres int64[n], contexts int64[n, 2
     window], negatives int64[n, negative])."""
     ids = np.ascontiguousarray(ids, np.int32)
-    arrays = [np.ascontiguousarray(a, t) for a, t in ((runs.starts, np.int64), (runs.keep_by_run, np.float32),
-                                                      (runs.keep_head, np.float32), (runs.cum, np.float64),
-                                                      (runs.weight, np.float64), (runs.guide, np.int64))]
-    starts, keep, head, cum, weight, guide = arrays
-    count = len(keep)
-    if not (len(starts) == len(cum) == count + 1 and len(weight) == count and len(guide) and window > 0
-            and len(head) <= starts[-1]
-            and negative >= 0 and base <= lo <= hi and (len(ids) == 0 or ids.max() < starts[-1])):
+    arrays = _runs_arrays(runs, window, negative)
+    if not (base <= lo <= hi and (len(ids) == 0 or ids.max() < arrays[0][-1])):
         raise ValueError("build_examples: inconsistent vocabulary runs or positions")
     most = max(hi - lo, 0)
     centres = np.empty(most, np.int64)
     contexts = np.empty((most, 2 * window), np.int64)
     negatives = np.empty((most, negative), np.int64)
     n = lib.hvd_w2v_build(ids.ctypes.data, len(ids), base, lo, hi, *[int(k) for k in keys], window, span, negative,
-                          count, starts.ctypes.data, keep.ctypes.data, head.ctypes.data, len(head), cum.ctypes.data,
-                          weight.ctypes.data, guide.ctypes.data, len(guide), centres.ctypes.data,
-                          contexts.ctypes.data, negatives.ctypes.data, threads)
+                          *_runs_args(arrays), centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data,
+                          threads)
     return centres[:n], contexts[:n], negatives[:n]
+
+
+def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, threads=1):
+    """build_examples over several ranges in one call, a range a thread: range r's ids ``ids[r]`` (int32,
+    read from stream position ``bases[r]``), its centres ``[los[r], his[r])``. Returns the examples of all,
+    range after range (centres, contexts, negatives, as build_examples), and each range's count (int64[R]):
+    the same examples as a call per range."""
+    arrays = _runs_arrays(runs, window, negative)
+    bases, los, his = (np.ascontiguousarray(a, np.int64) for a in (bases, los, his))
+    id_at = np.cumsum([0] + [len(i) for i in ids], dtype=np.int64)
+    flat = np.ascontiguousarray(np.concatenate(ids) if len(ids) else np.zeros(0), np.int32)
+    if not (len(ids) == len(bases) == len(los) == len(his) and (bases <= los).all() and (los <= his).all()
+            and (len(flat) == 0 or flat.max() < arrays[0][-1])):
+        raise ValueError("build_ranges: inconsistent vocabulary runs or positions")
+    most = int(np.maximum(his - los, 0).sum())
+    centres = np.empty(most, np.int64)
+    contexts = np.empty((most, 2 * window), np.int64)
+    negatives = np.empty((most, negative), np.int64)
+    counts = np.empty(len(ids), np.int64)
+    n = lib.hvd_w2v_build_ranges(flat.ctypes.data, id_at.ctypes.data, bases.ctypes.data, los.ctypes.data,
+                                 his.ctypes.data, len(ids), *[int(k) for k in keys], window, span, negative,
+                                 *_runs_args(arrays), centres.ctypes.data, contexts.ctypes.data,
+                                 negatives.ctypes.data, counts.ctypes.data, threads)
+    return centres[:n], contexts[:n], negatives[:n], counts
 
 
 def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1):

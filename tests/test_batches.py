@@ -76,6 +76,30 @@ def test_bad_arrays_are_refused_before_the_loop(builder):
         native.build_examples(builder, ids, 0, 0, 3, (1, 2, 3), 5, 20, 5, voc.runs)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_several_ranges_in_one_call_are_the_ranges_built_one_by_one(builder, monkeypatch, threads):
+    """batches.build_ranges (localsgd's shards: a range a thread, one call): each range's examples and count
+    as batches.build's, range after range, empty and one-position ranges, the stream's ends, more ranges than
+    threads and fewer; the numpy fallback the same."""
+    stream, voc = zipf_stream(30_000, 3_000, seed=6), zipf_vocab(3_000, 1e-3)
+    cfg = Config(seed=3)
+    ranges = [(0, 64), (29_990, 30_000), (500, 500), (12_345, 12_346), (7_000, 9_000), (64, 128), (15_000, 15_300)]
+    for chosen in (ranges, ranges[4:5], []):
+        got, counts = batches.build_ranges(stream, voc, cfg, 2, chosen, threads)
+        parts = [batches.build(stream, voc, cfg, 2, lo, hi) for lo, hi in chosen]
+        assert counts.tolist() == [len(p) for p in parts]
+        monkeypatch.setattr(native, "example_builder", lambda: None)
+        fallback, fallback_counts = batches.build_ranges(stream, voc, cfg, 2, chosen, threads)
+        monkeypatch.undo()
+        assert fallback_counts.tolist() == counts.tolist()
+        for field in ("centres", "contexts", "negatives"):
+            want = getattr(batches._empty(cfg), field)[:0] if not parts else np.concatenate(
+                [getattr(p, field) for p in parts])
+            assert np.array_equal(getattr(got, field), want) and np.array_equal(getattr(fallback, field), want)
+            assert getattr(got, field).shape[1:] == want.shape[1:], field
+    assert batches.build_ranges(stream, voc, cfg, 2, ranges, threads)[1].sum() > 1000  # examples to compare
+
+
 def plan_view(step, plan, n_hot):
     """What a StepPlan means, whatever the order of its table: each owner's set of keys (the hot ones last)
     with their SGD counts, the key behind every example slot (-1: none), and the table's size."""
