@@ -63,7 +63,13 @@ def prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
     ``bounds``: its shards' centres. Its ``sgd`` counts, per row, the shards that touch it (the merge rule's
     m). A function of corpus positions alone, like training.prepare_step."""
     batch, bounds = superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank), threads)
-    step = StepPlan.of(batch, plan, n_hot, cfg.sg, 1, threads)
+    return superstep_plan(batch, bounds, plan, n_hot, cfg.sg, threads)
+
+
+def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1):
+    """The StepPlan of a super-step's examples ``batch``, its shards' centres ``[bounds[s], bounds[s + 1])``:
+    one table for all its shards, ``sgd`` the shards touching each row, ``bounds`` kept on it."""
+    step = StepPlan.of(batch, plan, n_hot, sg, 1, threads)
     lib = native.local_sgd_kernel()
     ctx, tgt = step.ctx[0], step.tgt[0]
     touches = (native.shard_touches(lib, step.table, ctx, tgt, bounds) if lib is not None

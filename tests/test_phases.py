@@ -1,5 +1,5 @@
-"""bench.phases on a small corpus: every phase of one rank's step timed, on 1 and 2 threads (the timings
-themselves are a benchmark, not a test)."""
+"""bench.phases on a small corpus: every phase of one rank's step (and shard-local super-step) timed, on 1 and 2
+threads (the timings themselves are a benchmark, not a test)."""
 import pytest
 
 from hvd_w2v.bench import phases
@@ -23,6 +23,12 @@ def test_every_phase_is_timed_on_one_and_two_threads(corpus):
             assert all(0 < s < 1 for s in seconds.values()), seconds
         for builder in (False, True):
             assert 0 < phases.whole_step(corpus, sg, 1, steps=30, batch_words=1024, builder=builder) < 1
+
+
+def test_shard_local_super_steps_are_timed_too(corpus):
+    for sg in (True, False):
+        seconds = phases.measure(corpus, sg, 2, steps=5, batch_words=1024, shards=4, superstep=256)
+        assert set(seconds) == set(phases.PHASES) and all(0 < s < 1 for s in seconds.values()), seconds
 
 
 def test_the_maths_threads_are_timed_inside_the_call(corpus):

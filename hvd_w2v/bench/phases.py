@@ -2,6 +2,7 @@
 
     python -m hvd_w2v.bench.phases                          # first 76,000 lines of the real corpus
     python -m hvd_w2v.bench.phases --threads 1,2,3 --steps 500
+    python -m hvd_w2v.bench.phases --shards 2 --superstep 4096 --steps 60   # shard-local SGD's super-steps
 
 One process, one rank's steps as training runs them on one rank (no MPI): for each architecture and thread
 count, ``--steps`` consecutive steps of ``--batch-words`` positions, each phase timed on its own with
@@ -13,6 +14,11 @@ perf_counter and the median over the steps (the first 20 left out) printed side 
 - *maths*: the compiled step (its centres cut over the threads, then their updates summed row range by
   row range) with its call;
 - *add*: the owners' capped add (native.add_sources, rows split over the threads).
+
+With ``--shards V`` (and ``--superstep S``), a step is a super-step of shard-local SGD (localsgd.py) on one
+rank hosting all V shards: *examples* builds every shard's S positions (localsgd.superstep_batches), *table*
+indexes them and counts the shards touching each row (localsgd.superstep_plan), *maths* runs the compiled
+shard SGD (localsgd_kernel.cc), *add* adds the deltas (the sum: no cap).
 
 A phase's ratio against 1 thread shows what its threads gain; the phases left on one thread, and the
 Python between them, are where the other threads wait. The model is drawn at random (its values do not
@@ -47,44 +53,58 @@ class _Rank:
     """One rank's training as the benchmark runs it (no MPI): its model drawn at random, and each phase of a
     step as a method, its compiled calls on ``threads`` threads."""
 
-    def __init__(self, corpus, sg, threads, batch_words):
-        from .. import sgns
+    def __init__(self, corpus, sg, threads, batch_words, shards=0, superstep=4096):
+        from .. import localsgd, sgns
         from ..config import Config
         from ..shard import RowPlan
         from ..training import CappedAdd
 
         self.corpus, self.sg, self.threads = corpus, sg, threads
-        self.cfg = Config(sg=sg, batch_words=batch_words)
+        self.cfg = Config(sg=sg, batch_words=batch_words, shards=shards, superstep=superstep)
         self.plan = RowPlan(corpus.vocab.size, 1)
-        self.step_fn = sgns.step_function(sg, self.cfg.window, threads=threads)
+        if shards:  # shard-local SGD's rule: its maths, and the sum of the deltas
+            self.rule = localsgd.LocalSGD(self.cfg, corpus.vocab, corpus.stream, self.plan, 0, 0, threads)
+            self.apply = self.rule.apply
+        else:
+            self.step_fn = sgns.step_function(sg, self.cfg.window, threads=threads)
+            self.apply = CappedAdd(float(self.cfg.update_cap), threads)
         rng = np.random.default_rng(0)
         self.table = (rng.uniform(-0.5, 0.5, (2 * corpus.vocab.size, self.cfg.dim)) / self.cfg.dim).astype(np.float32)
-        self.apply = CappedAdd(float(self.cfg.update_cap), threads)
         self.scratch = np.zeros(len(self.table), np.float32)
-        self.steps = -(-len(corpus.stream) // batch_words)
+        self.steps = self.cfg.steps_per_epoch(len(corpus.stream))
 
     def examples(self, done, threads):
-        from .. import batches
+        from .. import batches, localsgd
         from ..training import share
 
+        if self.cfg.shards:  # (batch, bounds)
+            return localsgd.superstep_batches(self.corpus.stream, self.corpus.vocab, self.cfg, done,
+                                              range(self.cfg.shards), threads)
         epoch, lo, hi = share(self.cfg, len(self.corpus.stream), done, 0, 1)
         return batches.build(self.corpus.stream, self.corpus.vocab, self.cfg, epoch, lo, hi, threads)
 
     def table_of(self, batch, threads):
+        from ..localsgd import superstep_plan
         from ..training import StepPlan
 
+        if self.cfg.shards:
+            return superstep_plan(*batch, self.plan, 0, self.sg, threads)
         return StepPlan.of(batch, self.plan, 0, self.sg, self.step_fn.groups, threads)
 
     def gather(self, step):
         from .. import native
 
-        rows = self.step_fn.empty_rows(step.table, self.cfg.dim)
+        empty = self.rule.empty_rows if self.cfg.shards else self.step_fn.empty_rows
+        rows = empty(step.table, self.cfg.dim)
         native.take_rows(self.table, step.keys, rows[:len(step.keys)], self.threads)  # one rank: key = row
         rows[len(step.keys):] = 0
         return rows
 
     def maths(self, step, rows):
-        updates, loss, _ = self.step_fn(rows, step.ctx, step.tgt, np.float32(self.cfg.alpha))
+        if self.cfg.shards:
+            updates, loss, _ = self.rule.maths(rows, step, np.float32(self.cfg.alpha))
+        else:
+            updates, loss, _ = self.step_fn(rows, step.ctx, step.tgt, np.float32(self.cfg.alpha))
         float(loss)
         return updates
 
@@ -92,9 +112,10 @@ class _Rank:
         self.apply.sources(self.table, step.keys, [updates[:len(step.keys)]], step.sgd, self.scratch)
 
 
-def measure(corpus, sg, threads, steps, batch_words):
-    """{phase: median seconds} over ``steps`` steps of one rank on ``threads`` threads."""
-    rank = _Rank(corpus, sg, threads, batch_words)
+def measure(corpus, sg, threads, steps, batch_words, shards=0, superstep=4096):
+    """{phase: median seconds} over ``steps`` steps (super-steps with ``shards``) of one rank on ``threads``
+    threads."""
+    rank = _Rank(corpus, sg, threads, batch_words, shards, superstep)
     seconds = {phase: [] for phase in PHASES}
     for done in range(min(steps, rank.steps)):
         t0 = time.perf_counter()
@@ -175,12 +196,17 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch-words", type=int, default=2048)
     p.add_argument("--out", default=os.path.join("runs", "phases"))
+    p.add_argument("--shards", type=int, default=0,
+                   help="shard-local SGD's super-steps of V shards, all on the one rank (default 0: the exact step)")
+    p.add_argument("--superstep", type=int, default=4096, help="with --shards: positions a shard a super-step")
     p.add_argument("--waits", action="store_true",
                    help="also the maths' threads inside the call: each part's us, and the waits (maths_waits)")
     p.add_argument("--builder-thread", action="store_true",
                    help="also whole steps, as training runs them and with the builder on a thread of its own "
                         "(whole_step)")
     args = p.parse_args(argv)
+    if args.shards and (args.waits or args.builder_thread):
+        p.error("--waits and --builder-thread time the exact step's maths: not with --shards")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -193,10 +219,13 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     path = prepare_corpus(args.corpus, args.lines, args.out)
     corpus = open_corpus([path], Config())
-    print(f"corpus {path}: {len(corpus.stream):,} positions, {corpus.vocab.size:,} words; steps of "
-          f"{args.batch_words:,} positions on one rank; median of {args.steps - WARM_UP} steps per phase, in us")
+    unit = (f"super-steps of {args.superstep:,} positions on each of {counted(args.shards, 'shard')}" if args.shards
+            else f"steps of {args.batch_words:,} positions")
+    print(f"corpus {path}: {len(corpus.stream):,} positions, {corpus.vocab.size:,} words; {unit} on one rank; "
+          f"median of {max(args.steps - WARM_UP, 1)} per phase, in us")
     for sg in (True, False):
-        results = {t: measure(corpus, sg, t, args.steps, args.batch_words) for t in counts}
+        results = {t: measure(corpus, sg, t, args.steps, args.batch_words, args.shards, args.superstep)
+                   for t in counts}
         base = results[counts[0]]
         head = "".join(f"{counted(t, 'thread'):>12}{'ratio':>7}" for t in counts)
         print(f"\n{'skip-gram' if sg else 'CBOW':<10}{head}")
