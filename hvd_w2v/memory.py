@@ -252,8 +252,9 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
 
     With shards (localsgd), a super-step's centres are ``superstep`` positions of each of the rank's
     ``ceil(shards / P)`` shards, and instead of those buffers each thread holds the private copy of the rows of
-    the shard it runs until its round's sum, at most a shard's slots or 2V + 1 rows, and that shard's examples
-    renumbered into the copy (int32, a shard's slots; localsgd_kernel.cc).
+    the shard it runs until its round's sum, at most a shard's slots or 2V + 1 rows, that shard's examples
+    renumbered into the copy (int32, a shard's slots) and the place of every table row in it (int32, U;
+    localsgd_kernel.cc).
     """
     hosted = math.ceil(cfg.shards / ranks)
     centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
@@ -265,10 +266,11 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
         running = min(threads, hosted)
         copies = running * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
+        places = 4 * running * unique  # each running shard's place of every table row (int32)
     else:
         per_slot, tables = STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT, STEP_UNIQUE_COPIES * unique
-        copies = STEP_SLOT_COPIES * slots + (threads - 1) * unique
-    return STEP_FIXED_BYTES + int(per_slot * slots) + 4 * cfg.dim * (tables + copies)
+        copies, places = STEP_SLOT_COPIES * slots + (threads - 1) * unique, 0
+    return STEP_FIXED_BYTES + int(per_slot * slots) + places + 4 * cfg.dim * (tables + copies)
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
