@@ -78,22 +78,22 @@ def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
 
 
 def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1):
-    """:func:`build` of several ranges of centres ``[(lo, hi), ...]`` at once: one Batch of their examples,
-    range after range, and each range's count (int64[R]). The compiled builder builds a range a thread on
-    ``threads`` threads in one call (what a rank's shards of a few positions each need: localsgd); numpy
-    builds one after another. The same examples either way."""
+    """:func:`build` of several ranges of centres ``[(lo, hi), ...]``: one Batch of their examples, range after
+    range, and each range's count (int64[R]). With at least as many ranges as ``threads``, the compiled builder
+    builds a range a thread in one call (a rank's shards of a few positions each: localsgd); else each range in
+    turn, on every thread (numpy: on one). The same examples either way."""
     lib = native.example_builder()
-    if lib is None:
-        parts = [build(stream, vocab, cfg, epoch, lo, hi) for lo, hi in ranges]
-        counts = np.array([len(p) for p in parts], np.int64)
-        if not parts:
-            return _empty(cfg), counts
-        return Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("centres", "contexts", "negatives"))), counts
-    around = [read_around(stream, cfg, lo, hi) for lo, hi in ranges]
-    *made, counts = native.build_ranges(lib, [ids for ids, _ in around], [base for _, base in around],
-                                        [lo for lo, _ in ranges], [hi for _, hi in ranges], builder_keys(cfg, epoch),
-                                        cfg.window, cfg.context_span, cfg.negative, vocab.runs, threads)
-    return Batch(*made), counts
+    if lib is not None and len(ranges) >= threads:
+        around = [read_around(stream, cfg, lo, hi) for lo, hi in ranges]
+        *made, counts = native.build_ranges(lib, [ids for ids, _ in around], [base for _, base in around],
+                                            [lo for lo, _ in ranges], [hi for _, hi in ranges],
+                                            builder_keys(cfg, epoch), cfg.window, cfg.context_span, cfg.negative,
+                                            vocab.runs, threads)
+        return Batch(*made), counts
+    parts = [build(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
+    fields = ("centres", "contexts", "negatives")
+    batch = Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields)) if parts else _empty(cfg)
+    return batch, np.array([len(p) for p in parts], np.int64)
 
 
 def _empty(cfg):

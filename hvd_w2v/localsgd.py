@@ -40,21 +40,15 @@ def hosted(shards, ranks, rank):
 def superstep_batches(stream, vocab, cfg, done, shards, threads=1):
     """The examples of ``shards`` (a range of shard numbers) in global super-step ``done`` (counted over all
     epochs), in shard order: ``(batch, bounds)``, shard ``shards[s]``'s centres ``[bounds[s], bounds[s + 1])``
-    of ``batch``. With at least as many shards as ``threads``, a shard a thread in one call (batches.build_ranges);
-    else one shard after another, each on every thread. The same examples either way."""
+    of ``batch``, built in one call, a shard a thread, where the rank hosts as many shards as threads
+    (batches.build_ranges)."""
     n = len(stream)
     epoch, k = divmod(done, cfg.steps_per_epoch(n))
     ranges = []
     for v in shards:
         lo, hi = shard_range(n, cfg.shards, v)
         ranges.append((min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)))
-    if len(ranges) >= threads:
-        batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads)
-    else:
-        parts = [batches.build(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
-        counts = [len(p) for p in parts]
-        batch = batches.Batch(*(np.concatenate([getattr(p, f) for p in parts])
-                                for f in ("centres", "contexts", "negatives")))
+    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads)
     return batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
 
 
