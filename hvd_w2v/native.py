@@ -283,7 +283,7 @@ def _runs_arrays(runs, window, negative):
     starts, keep, head, cum, weight, guide = arrays
     if not (len(starts) == len(cum) == len(keep) + 1 and len(weight) == len(keep) and len(guide) and window > 0
             and len(head) <= starts[-1] and negative >= 0):
-        raise ValueError("build_examples: inconsistent vocabulary runs")
+        raise ValueError("the example builder: inconsistent vocabulary runs")
     return arrays
 
 
