@@ -16,10 +16,13 @@
 // no count, id or error offset depends on the thread count.
 // Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 namespace {
@@ -126,9 +129,21 @@ int64_t tokens(const unsigned char* text, int64_t lo, int64_t hi, Token token, N
       ++i;
       continue;
     }
-    const int64_t start = i;
-    while (++i < hi && !WS.is[text[i]]) {
+    const int64_t start = i++;
+    while (i + 8 <= hi) {  // eight bytes at once: the first at most 0x20 (every whitespace byte is)
+      uint64_t x;
+      std::memcpy(&x, text + i, 8);
+      const uint64_t low = (x - 0x2121212121212121ULL) & ~x & 0x8080808080808080ULL;
+      if (!low) {
+        i += 8;
+        continue;
+      }
+      i += __builtin_ctzll(low) >> 3;  // exact for the first such byte (later flags may be false)
+      if (WS.is[text[i]]) goto found;
+      ++i;  // a control byte, part of the token
     }
+    while (i < hi && !WS.is[text[i]]) ++i;
+  found:
     token(start, i - start);
     ++count;
   }
@@ -172,6 +187,36 @@ inline uint64_t quick_hash(const unsigned char* p, uint64_t n, uint64_t x) {
 inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
   return quick_hash(p, n, n <= 8 ? inline_word(p, n) : 0);
 }
+
+// An allocator of arrays in huge pages (2 MiB, transparent, asked for by madvise) from 2 MiB up: a table's
+// slots are looked up at random, so on 4 KiB pages nearly every look-up of a table larger than the caches would
+// also miss the TLB. Smaller arrays come from operator new. The bytes are those asked, rounded up to 2 MiB.
+template <class T>
+struct HugePages {
+  using value_type = T;
+  static constexpr size_t HUGE_PAGE = size_t(1) << 21;
+  HugePages() = default;
+  template <class U>
+  HugePages(const HugePages<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < HUGE_PAGE) return static_cast<T*>(::operator new(bytes));
+    void* p = std::aligned_alloc(HUGE_PAGE, (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+    if (!p) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < HUGE_PAGE)
+      ::operator delete(p);
+    else
+      std::free(p);
+  }
+  template <class U>
+  bool operator==(const HugePages<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const HugePages<U>&) const { return false; }
+};
 
 // Words (bytes) -> int64 values, by open addressing (linear probing) over a power-of-two array of slots,
 // grown twofold whenever it passes two thirds full. A slot holds all that a look-up reads: the word's hash,
@@ -269,7 +314,7 @@ class Table {
     uint64_t size = slots_.size();
     while (3 * static_cast<uint64_t>(n) > 2 * size) size *= 2;
     if (size > slots_.size()) {
-      std::vector<Slot>(size).swap(slots_);
+      Slots(size).swap(slots_);
       mask_ = size - 1;
     }
     where_.reserve(n);
@@ -290,7 +335,7 @@ class Table {
 
   // Empty, its memory returned.
   void release() {
-    std::vector<Slot>(16).swap(slots_);
+    Slots(16).swap(slots_);
     mask_ = 15;
     std::vector<uint64_t>().swap(where_);
     std::vector<unsigned char>().swap(bytes_);
@@ -298,14 +343,15 @@ class Table {
   }
 
  private:
-  std::vector<Slot> slots_;
+  using Slots = std::vector<Slot, HugePages<Slot>>;
+  Slots slots_;
   uint64_t mask_;
   std::vector<uint64_t> where_;  // the slot of each word, by number
   std::vector<unsigned char> bytes_;  // the words longer than 8 bytes, end to end
   int64_t bytes_total_ = 0;  // the bytes of all words
 
   void grow() {
-    std::vector<Slot> old(2 * slots_.size());
+    Slots old(2 * slots_.size());
     old.swap(slots_);
     mask_ = slots_.size() - 1;
     for (uint64_t& w : where_) {
