@@ -527,9 +527,9 @@ void* hvd_w2v_counts_new(int64_t threads) {
 void hvd_w2v_counts_free(void* counts) { delete static_cast<Counts*>(counts); }
 
 // Adds the tokens of text[0, n) (whole tokens at both ends) to the counts. On one thread each token goes
-// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES,
-// each thread cuts its part of the segment into tokens, then each adds those its table owns. Returns the
-// tokens.
+// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES, each thread cuts
+// its part of the segment into tokens and adds those its own table owns at once, then each adds those the
+// other threads found for it. Returns the tokens.
 int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n) {
   Counts& c = *static_cast<Counts*>(counts);
   const int64_t parts = c.tables.size();
@@ -547,18 +547,23 @@ int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t
 #pragma omp parallel num_threads(parts)
     {
       const int64_t t = omp_get_thread_num();
+      Table& table = c.tables[t];
       auto& mine = c.found[t];
       for (auto& f : mine) f.clear();
-      int64_t k = tokens(text, lo + at[t], lo + at[t + 1], [&](int64_t start, int64_t length) {
-        const uint64_t h = quick_hash(text + start, length);
-        mine[part_of(h, parts)].push_back({text + start, h, static_cast<uint32_t>(length)});
+      int64_t k = batched_tokens(table, text, lo + at[t], lo + at[t + 1],
+                                 [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+        const int64_t p = part_of(h, parts);
+        if (p == t)
+          ++table.at(text + start, length, h, x, 0);
+        else
+          mine[p].push_back({text + start, h, length});
       }, [] {});
 #pragma omp atomic
       total += k;
 #pragma omp barrier
-      Table& table = c.tables[t];
       constexpr int AHEAD = 8;
       for (int64_t f = 0; f < parts; ++f) {
+        if (f == t) continue;
         const auto& list = c.found[f][t];
         const int64_t m = list.size();
         for (int64_t i = 0; i < m; ++i) {
