@@ -16,10 +16,13 @@
 // no count, id or error offset depends on the thread count.
 // Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 namespace {
@@ -126,9 +129,21 @@ int64_t tokens(const unsigned char* text, int64_t lo, int64_t hi, Token token, N
       ++i;
       continue;
     }
-    const int64_t start = i;
-    while (++i < hi && !WS.is[text[i]]) {
+    const int64_t start = i++;
+    while (i + 8 <= hi) {  // eight bytes at once: the first at most 0x20 (every whitespace byte is)
+      uint64_t x;
+      std::memcpy(&x, text + i, 8);
+      const uint64_t low = (x - 0x2121212121212121ULL) & ~x & 0x8080808080808080ULL;
+      if (!low) {
+        i += 8;
+        continue;
+      }
+      i += __builtin_ctzll(low) >> 3;  // exact for the first such byte (later flags may be false)
+      if (WS.is[text[i]]) goto found;
+      ++i;  // a control byte, part of the token
     }
+    while (i < hi && !WS.is[text[i]]) ++i;
+  found:
     token(start, i - start);
     ++count;
   }
@@ -149,6 +164,20 @@ inline uint64_t inline_word(const unsigned char* p, uint64_t n, const unsigned c
   uint64_t x;
   std::memcpy(&x, p, 8);
   return n == 8 ? x : x & ((1ULL << (8 * n)) - 1);
+}
+
+// Whether words a and b of n > 8 bytes are the same: eight bytes at a time, the last eight overlapping the
+// ones before (no call to memcmp, no byte read past either word).
+inline bool same_long_word(const unsigned char* a, const unsigned char* b, uint64_t n) {
+  uint64_t x, y;
+  for (uint64_t i = 0; i + 8 < n; i += 8) {
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    if (x != y) return false;
+  }
+  std::memcpy(&x, a + n - 8, 8);
+  std::memcpy(&y, b + n - 8, 8);
+  return x == y;
 }
 
 // A quick hash for the tables (BLAKE2b only where an owner must be found).
@@ -172,6 +201,36 @@ inline uint64_t quick_hash(const unsigned char* p, uint64_t n, uint64_t x) {
 inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
   return quick_hash(p, n, n <= 8 ? inline_word(p, n) : 0);
 }
+
+// An allocator of arrays in huge pages (2 MiB, transparent, asked for by madvise) from 2 MiB up: a table's
+// slots are looked up at random, so on 4 KiB pages nearly every look-up of a table larger than the caches would
+// also miss the TLB. Smaller arrays come from operator new. The bytes are those asked, rounded up to 2 MiB.
+template <class T>
+struct HugePages {
+  using value_type = T;
+  static constexpr size_t HUGE_PAGE = size_t(1) << 21;
+  HugePages() = default;
+  template <class U>
+  HugePages(const HugePages<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < HUGE_PAGE) return static_cast<T*>(::operator new(bytes));
+    void* p = std::aligned_alloc(HUGE_PAGE, (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+    if (!p) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < HUGE_PAGE)
+      ::operator delete(p);
+    else
+      std::free(p);
+  }
+  template <class U>
+  bool operator==(const HugePages<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const HugePages<U>&) const { return false; }
+};
 
 // Words (bytes) -> int64 values, by open addressing (linear probing) over a power-of-two array of slots,
 // grown twofold whenever it passes two thirds full. A slot holds all that a look-up reads: the word's hash,
@@ -225,7 +284,7 @@ class Table {
         return slot.value;
       }
       if (slot.hash == h && slot.length == n &&
-          (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
+          (n <= 8 ? slot.word == x : same_long_word(bytes_.data() + slot.word, word, n)))
         return slot.value;
     }
   }
@@ -242,7 +301,7 @@ class Table {
       const Slot& slot = slots_[i];
       if (!slot.length) return missing;
       if (slot.hash == h && slot.length == n &&
-          (n <= 8 ? slot.word == x : std::memcmp(bytes_.data() + slot.word, word, n) == 0))
+          (n <= 8 ? slot.word == x : same_long_word(bytes_.data() + slot.word, word, n)))
         return slot.value;
     }
   }
@@ -269,7 +328,7 @@ class Table {
     uint64_t size = slots_.size();
     while (3 * static_cast<uint64_t>(n) > 2 * size) size *= 2;
     if (size > slots_.size()) {
-      std::vector<Slot>(size).swap(slots_);
+      Slots(size).swap(slots_);
       mask_ = size - 1;
     }
     where_.reserve(n);
@@ -290,7 +349,7 @@ class Table {
 
   // Empty, its memory returned.
   void release() {
-    std::vector<Slot>(16).swap(slots_);
+    Slots(16).swap(slots_);
     mask_ = 15;
     std::vector<uint64_t>().swap(where_);
     std::vector<unsigned char>().swap(bytes_);
@@ -298,14 +357,15 @@ class Table {
   }
 
  private:
-  std::vector<Slot> slots_;
+  using Slots = std::vector<Slot, HugePages<Slot>>;
+  Slots slots_;
   uint64_t mask_;
   std::vector<uint64_t> where_;  // the slot of each word, by number
   std::vector<unsigned char> bytes_;  // the words longer than 8 bytes, end to end
   int64_t bytes_total_ = 0;  // the bytes of all words
 
   void grow() {
-    std::vector<Slot> old(2 * slots_.size());
+    Slots old(2 * slots_.size());
     old.swap(slots_);
     mask_ = slots_.size() - 1;
     for (uint64_t& w : where_) {
@@ -467,9 +527,9 @@ void* hvd_w2v_counts_new(int64_t threads) {
 void hvd_w2v_counts_free(void* counts) { delete static_cast<Counts*>(counts); }
 
 // Adds the tokens of text[0, n) (whole tokens at both ends) to the counts. On one thread each token goes
-// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES,
-// each thread cuts its part of the segment into tokens, then each adds those its table owns. Returns the
-// tokens.
+// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES, each thread cuts
+// its part of the segment into tokens and adds those its own table owns at once, then each adds those the
+// other threads found for it. Returns the tokens.
 int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n) {
   Counts& c = *static_cast<Counts*>(counts);
   const int64_t parts = c.tables.size();
@@ -487,18 +547,23 @@ int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t
 #pragma omp parallel num_threads(parts)
     {
       const int64_t t = omp_get_thread_num();
+      Table& table = c.tables[t];
       auto& mine = c.found[t];
       for (auto& f : mine) f.clear();
-      int64_t k = tokens(text, lo + at[t], lo + at[t + 1], [&](int64_t start, int64_t length) {
-        const uint64_t h = quick_hash(text + start, length);
-        mine[part_of(h, parts)].push_back({text + start, h, static_cast<uint32_t>(length)});
+      int64_t k = batched_tokens(table, text, lo + at[t], lo + at[t + 1],
+                                 [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+        const int64_t p = part_of(h, parts);
+        if (p == t)
+          ++table.at(text + start, length, h, x, 0);
+        else
+          mine[p].push_back({text + start, h, length});
       }, [] {});
 #pragma omp atomic
       total += k;
 #pragma omp barrier
-      Table& table = c.tables[t];
       constexpr int AHEAD = 8;
       for (int64_t f = 0; f < parts; ++f) {
+        if (f == t) continue;
         const auto& list = c.found[f][t];
         const int64_t m = list.size();
         for (int64_t i = 0; i < m; ++i) {

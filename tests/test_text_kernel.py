@@ -30,7 +30,7 @@ def lib():
 # every kind, Unicode spaces (NBSP, EM SPACE, NEL, U+2028) and control bytes that Python's bytes.split()
 # keeps inside tokens, as word2vec.c does.
 PIECES = ["a", "bb", "caf\u00e9", "na\u00efve", "\u65e5\u672c\u8a9e", "x\u00a0y", "\u2003", "z\r", "\t", " ",
-          "\n", "\r\n", "\x0b", "\x0c", "\x1c", "w\u0085", "\u2028", "\U0001F600", "\u00e9" * 40, "q" * 300]
+          "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x01\x1f!~", "w\u0085", "\u2028", "\U0001F600", "\u00e9" * 40, "q" * 300]
 
 
 def awkward_text(n, seed):
