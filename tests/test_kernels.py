@@ -19,9 +19,9 @@ def test_head_against_this_checkout_and_the_placebo(tmp_path, capsys):
     kernels.main(["HEAD", "--corpus", str(path), "--lines", "0", "--rounds", "2", "--steps", "6",
                   "--processes", "2", "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
-    assert set(kernels.KERNELS) == {"examples", "table", "maths"}
+    assert set(kernels.KERNELS) == {"examples", "table", "maths", "shard"}
     # the examples are the same for both architectures: one table of them
-    for title in ["examples"] + [f"{kernel}, {arch}" for kernel in ("table", "maths") for arch in ("skip-gram", "CBOW")]:
+    for title in ["examples"] + [f"{kernel}, {arch}" for kernel in ("table", "maths", "shard") for arch in ("skip-gram", "CBOW")]:
         assert out.count(f"\n{title} ") == 1, out
         block = out.split(f"\n{title} ")[1].split("\n\n")[0].splitlines()
         rows = {line[:18].strip(): line[18:].split() for line in block[2:5]}

@@ -3,6 +3,7 @@
     python -m hvd_w2v.bench.kernels 13c534e                  # the step's examples, table and maths, 1 and 2 threads
     python -m hvd_w2v.bench.kernels HEAD~1 --kernels examples    # the examples' builder alone
     python -m hvd_w2v.bench.kernels HEAD~1 --kernels maths --arch cbow --processes 5
+    python -m hvd_w2v.bench.kernels 66bc81d --kernels shard     # shard-local SGD's super-step (V = 2, S = 4,096)
 
 A change to a kernel moves a step by a few percent, and on a shared machine whole runs move by more than that
 from one minute to the next. So this builds COMMIT's source of each kernel (``git show
@@ -47,7 +48,9 @@ from ..wording import counted
 # name: (library, its functions as native.py declares them, the flags it is built with, the function timed)
 KERNELS = {"examples": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_build"),
            "table": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_step_plan"),
-           "maths": ("sgns_kernel", native.STEP_FUNCTIONS, (), "hvd_w2v_sgns_step")}
+           "maths": ("sgns_kernel", native.STEP_FUNCTIONS, (), "hvd_w2v_sgns_step"),
+           "shard": ("localsgd_kernel", native.LOCAL_FUNCTIONS, (), "hvd_w2v_local_sgd")}
+SHARDS, SUPERSTEP = 2, 4096  # the "shard" kernel's super-steps: localsgd's defaults on a 2-core host
 WARM_UP = 3  # calls of a round left out of its median
 
 
@@ -104,6 +107,17 @@ def inputs(kernel, corpus, sg, steps):
         def call(lib, r, threads):
             return list(native.build_examples(lib, *r, cfg.window, cfg.context_span, cfg.negative, runs, threads))
         return reads, call
+    if kernel == "shard":  # localsgd's super-steps: every shard on the one rank
+        rank = _Rank(corpus, bool(sg), 1, Config().batch_words, SHARDS, SUPERSTEP)
+        steps_in = []
+        for done in range(min(steps, rank.steps)):
+            step = rank.table_of(rank.examples(done, 1), 1)
+            steps_in.append((rank.gather(step), step.ctx[0], step.tgt[0], step.bounds))
+
+        def call(lib, s, threads):
+            deltas, loss, count = native.local_sgd(lib, sg, *s, np.float32(rank.cfg.alpha), threads)
+            return [deltas, np.array([loss, count])]
+        return steps_in, call
     batches = [rank.examples(done, 1) for done in range(min(steps, rank.steps))]
     if kernel == "table":
         def call(lib, b, threads):
