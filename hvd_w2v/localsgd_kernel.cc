@@ -23,8 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <numeric>
 #include <vector>
 
 namespace {
