@@ -578,15 +578,25 @@ int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t
 }
 
 // Adds n words (``lengths`` bytes each, laid end to end in ``words``) with their ``counts`` (a round's, at
-// their hash owner).
+// their hash owner). A batch of words is hashed and its slots asked for before any is added: on a flat
+// vocabulary nearly every word is new, so nearly every add would otherwise wait for memory.
 void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const int64_t* lengths,
                               const int64_t* values, int64_t n) {
   Counts& c = *static_cast<Counts*>(counts);
   const int64_t parts = c.tables.size();
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t h = quick_hash(words, lengths[i]);
-    c.tables[part_of(h, parts)].at(words, static_cast<uint32_t>(lengths[i]), h) += values[i];
-    words += lengths[i];
+  constexpr int BATCH = 16;
+  uint64_t hash[BATCH];
+  const unsigned char* at[BATCH];
+  for (int64_t i = 0; i < n; i += BATCH) {
+    const int b = static_cast<int>(std::min<int64_t>(BATCH, n - i));
+    for (int j = 0; j < b; ++j) {
+      at[j] = words;
+      hash[j] = quick_hash(words, lengths[i + j]);
+      c.tables[part_of(hash[j], parts)].prefetch(hash[j]);
+      words += lengths[i + j];
+    }
+    for (int j = 0; j < b; ++j)
+      c.tables[part_of(hash[j], parts)].at(at[j], static_cast<uint32_t>(lengths[i + j]), hash[j]) += values[i + j];
   }
 }
 
