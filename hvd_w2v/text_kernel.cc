@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -87,6 +88,78 @@ uint64_t hash64(const unsigned char* p, uint64_t n) {
   std::memcpy(last, p + done, n - done);
   compress(h, last, n, true);
   return h[0];
+}
+
+// Four words' hash64 at once, one in each lane of a vector (AVX2 or wider where g++ targets it): the same
+// rounds as compress, lane by lane. Words of at most 128 bytes (one block); ``out``[l] = hash64(p[l], n[l]).
+typedef uint64_t Lanes __attribute__((vector_size(32)));
+
+inline Lanes rotr(Lanes x, int n) { return (x >> n) | (x << (64 - n)); }
+
+void hash64x4(const unsigned char* const* p, const uint64_t* n, uint64_t* out) {
+  unsigned char block[4][128] = {};
+  for (int l = 0; l < 4; ++l) std::memcpy(block[l], p[l], n[l]);
+  Lanes m[16];
+  for (int i = 0; i < 16; ++i)
+    for (int l = 0; l < 4; ++l) std::memcpy(reinterpret_cast<uint64_t*>(&m[i]) + l, block[l] + 8 * i, 8);
+  const Lanes first = Lanes{} + (IV[0] ^ 0x01010000ULL ^ 8);  // no key, 8-byte digest
+  Lanes v[16];
+  v[0] = first;
+  for (int i = 1; i < 8; ++i) v[i] = Lanes{} + IV[i];
+  for (int i = 0; i < 8; ++i) v[8 + i] = Lanes{} + IV[i];
+  v[12] ^= Lanes{n[0], n[1], n[2], n[3]};
+  v[14] = ~v[14];  // the last block
+#define HVD_G4(a, b, c, d, x, y) \
+  a += b + (x);                  \
+  d = rotr(d ^ a, 32);           \
+  c += d;                        \
+  b = rotr(b ^ c, 24);           \
+  a += b + (y);                  \
+  d = rotr(d ^ a, 16);           \
+  c += d;                        \
+  b = rotr(b ^ c, 63);
+  for (int r = 0; r < 12; ++r) {
+    const uint8_t* s = SIGMA[r];
+    HVD_G4(v[0], v[4], v[8], v[12], m[s[0]], m[s[1]]);
+    HVD_G4(v[1], v[5], v[9], v[13], m[s[2]], m[s[3]]);
+    HVD_G4(v[2], v[6], v[10], v[14], m[s[4]], m[s[5]]);
+    HVD_G4(v[3], v[7], v[11], v[15], m[s[6]], m[s[7]]);
+    HVD_G4(v[0], v[5], v[10], v[15], m[s[8]], m[s[9]]);
+    HVD_G4(v[1], v[6], v[11], v[12], m[s[10]], m[s[11]]);
+    HVD_G4(v[2], v[7], v[8], v[13], m[s[12]], m[s[13]]);
+    HVD_G4(v[3], v[4], v[9], v[14], m[s[14]], m[s[15]]);
+  }
+#undef HVD_G4
+  const Lanes h = first ^ v[0] ^ v[8];
+  for (int l = 0; l < 4; ++l) out[l] = h[l];
+}
+
+// out[i] = hash64 of word(i) (a pair: its bytes, its length) for i in [0, n), on ``threads`` threads: four
+// words of at most 128 bytes at a time (hash64x4), any other alone. The rounds' and the encoding's owners
+// hash every word they send, so this is most of a round's work on a flat vocabulary.
+template <class Word>
+void hash_all(int64_t n, Word word, uint64_t* out, int64_t threads) {
+  const int64_t groups = (n + 3) / 4;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
+  for (int64_t g = 0; g < groups; ++g) {
+    const unsigned char* p[4];
+    uint64_t len[4], h[4];
+    int64_t at[4];
+    int k = 0;
+    for (int64_t i = 4 * g; i < std::min(n, 4 * g + 4); ++i) {
+      const auto w = word(i);
+      if (w.second > 128) {
+        out[i] = hash64(w.first, w.second);
+      } else {
+        p[k] = w.first, len[k] = w.second, at[k] = i;
+        ++k;
+      }
+    }
+    if (!k) continue;
+    for (int l = k; l < 4; ++l) p[l] = p[0], len[l] = len[0];  // a spare lane hashes the first word again
+    hash64x4(p, len, h);
+    for (int l = 0; l < k; ++l) out[at[l]] = h[l];
+  }
 }
 
 // vocab.hash_owner: ranks own equal ranges of hashes.
@@ -633,8 +706,9 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
   const int64_t n = slot.size();
   std::vector<uint64_t> h(hashes ? n : 0);
   if (hashes) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
-    for (int64_t i = 0; i < n; ++i) h[i] = hash64(of[i]->word(*slot[i]), slot[i]->length);
+    hash_all(n, [&](int64_t i) {
+      return std::pair<const unsigned char*, uint64_t>(of[i]->word(*slot[i]), slot[i]->length);
+    }, h.data(), threads);
   }
   auto owner = [&](int64_t i) { return hashes ? hash_owner(h[i], ranks) : 0; };
   std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
@@ -667,8 +741,9 @@ void hvd_w2v_hash_words(const unsigned char* words, const int64_t* lengths, int6
                         int64_t threads) {
   std::vector<int64_t> start(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
-  for (int64_t i = 0; i < n; ++i) out[i] = hash64(words + start[i], lengths[i]);
+  hash_all(n, [&](int64_t i) {
+    return std::pair<const unsigned char*, uint64_t>(words + start[i], static_cast<uint64_t>(lengths[i]));
+  }, out, threads);
 }
 
 // -- ids ------------------------------------------------------------------------------------------------------
@@ -776,8 +851,11 @@ void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned ch
     });
   std::vector<int64_t> owner(n, 0);
   if (ranks > 1) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 1024)
-    for (int64_t i = 0; i < n; ++i) owner[i] = hash_owner(hash64(of[i]->word(*entry[i]), entry[i]->length), ranks);
+    std::vector<uint64_t> h(n);
+    hash_all(n, [&](int64_t i) {
+      return std::pair<const unsigned char*, uint64_t>(of[i]->word(*entry[i]), entry[i]->length);
+    }, h.data(), threads);
+    for (int64_t i = 0; i < n; ++i) owner[i] = hash_owner(h[i], ranks);
   }
   std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
   for (int64_t i = 0; i < n; ++i) {

@@ -58,6 +58,13 @@ def test_hash64_is_blake2b(lib):
     lengths = np.array([len(w) for w in words], np.int64)
     blob = np.frombuffer(b"".join(words), np.uint8)
     assert native.hash_words(lib, blob, lengths, 2).tolist() == [vocab.hash64(w) for w in words]
+    # Four words at a time, any longer than a block alone, on 1 and 2 threads: groups of every mix
+    words = [bytes(rng.randrange(256) for _ in range(rng.choice((1, 5, 8, 9, 64, 127, 128, 129, 200))))
+             for _ in range(3001)]
+    lengths = np.array([len(w) for w in words], np.int64)
+    blob = np.frombuffer(b"".join(words), np.uint8)
+    for threads in (1, 2):
+        assert native.hash_words(lib, blob, lengths, threads).tolist() == [vocab.hash64(w) for w in words]
 
 
 def python_offset(block):
