@@ -43,12 +43,14 @@ constexpr uint8_t SIGMA[12][16] = {
 
 inline uint64_t rotr(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
 
-void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
-  uint64_t m[16];
-  std::memcpy(m, block, 128);  // little-endian words (x86, the machines this builds for)
-  uint64_t v0 = h[0], v1 = h[1], v2 = h[2], v3 = h[3], v4 = h[4], v5 = h[5], v6 = h[6], v7 = h[7];
-  uint64_t v8 = IV[0], v9 = IV[1], v10 = IV[2], v11 = IV[3], v12 = IV[4] ^ t, v13 = IV[5];
-  uint64_t v14 = last ? ~IV[6] : IV[6], v15 = IV[7];
+// Four words' states at once, one in each lane of a vector (AVX2 or wider where g++ targets it): hash64x4.
+typedef uint64_t Lanes __attribute__((vector_size(32)));
+inline Lanes rotr(Lanes x, int n) { return (x >> n) | (x << (64 - n)); }
+
+// BLAKE2b's twelve rounds on the work vector v[16] with the message block m[16]: W is uint64_t, or Lanes
+// for four blocks at once.
+template <class W>
+void rounds(W* v, const W* m) {
 #define HVD_G(a, b, c, d, x, y)  \
   a += b + (x);                  \
   d = rotr(d ^ a, 32);           \
@@ -60,18 +62,26 @@ void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
   b = rotr(b ^ c, 63);
   for (int r = 0; r < 12; ++r) {
     const uint8_t* s = SIGMA[r];
-    HVD_G(v0, v4, v8, v12, m[s[0]], m[s[1]]);
-    HVD_G(v1, v5, v9, v13, m[s[2]], m[s[3]]);
-    HVD_G(v2, v6, v10, v14, m[s[4]], m[s[5]]);
-    HVD_G(v3, v7, v11, v15, m[s[6]], m[s[7]]);
-    HVD_G(v0, v5, v10, v15, m[s[8]], m[s[9]]);
-    HVD_G(v1, v6, v11, v12, m[s[10]], m[s[11]]);
-    HVD_G(v2, v7, v8, v13, m[s[12]], m[s[13]]);
-    HVD_G(v3, v4, v9, v14, m[s[14]], m[s[15]]);
+    HVD_G(v[0], v[4], v[8], v[12], m[s[0]], m[s[1]]);
+    HVD_G(v[1], v[5], v[9], v[13], m[s[2]], m[s[3]]);
+    HVD_G(v[2], v[6], v[10], v[14], m[s[4]], m[s[5]]);
+    HVD_G(v[3], v[7], v[11], v[15], m[s[6]], m[s[7]]);
+    HVD_G(v[0], v[5], v[10], v[15], m[s[8]], m[s[9]]);
+    HVD_G(v[1], v[6], v[11], v[12], m[s[10]], m[s[11]]);
+    HVD_G(v[2], v[7], v[8], v[13], m[s[12]], m[s[13]]);
+    HVD_G(v[3], v[4], v[9], v[14], m[s[14]], m[s[15]]);
   }
 #undef HVD_G
-  h[0] ^= v0 ^ v8, h[1] ^= v1 ^ v9, h[2] ^= v2 ^ v10, h[3] ^= v3 ^ v11;
-  h[4] ^= v4 ^ v12, h[5] ^= v5 ^ v13, h[6] ^= v6 ^ v14, h[7] ^= v7 ^ v15;
+}
+
+void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
+  uint64_t m[16], v[16];
+  std::memcpy(m, block, 128);  // little-endian words (x86, the machines this builds for)
+  for (int i = 0; i < 8; ++i) v[i] = h[i], v[8 + i] = IV[i];
+  v[12] ^= t;
+  if (last) v[14] = ~v[14];
+  rounds(v, m);
+  for (int i = 0; i < 8; ++i) h[i] ^= v[i] ^ v[8 + i];
 }
 
 // hashlib.blake2b(word, digest_size=8), read as a little-endian integer.
@@ -90,46 +100,21 @@ uint64_t hash64(const unsigned char* p, uint64_t n) {
   return h[0];
 }
 
-// Four words' hash64 at once, one in each lane of a vector (AVX2 or wider where g++ targets it): the same
-// rounds as compress, lane by lane. Words of at most 128 bytes (one block); ``out``[l] = hash64(p[l], n[l]).
-typedef uint64_t Lanes __attribute__((vector_size(32)));
-
-inline Lanes rotr(Lanes x, int n) { return (x >> n) | (x << (64 - n)); }
-
+// Four words' hash64 at once, a lane each (compress on Lanes). Words of at most 128 bytes (one block);
+// ``out``[l] = hash64(p[l], n[l]).
 void hash64x4(const unsigned char* const* p, const uint64_t* n, uint64_t* out) {
   unsigned char block[4][128] = {};
   for (int l = 0; l < 4; ++l) std::memcpy(block[l], p[l], n[l]);
-  Lanes m[16];
+  Lanes m[16], v[16];
   for (int i = 0; i < 16; ++i)
     for (int l = 0; l < 4; ++l) std::memcpy(reinterpret_cast<uint64_t*>(&m[i]) + l, block[l] + 8 * i, 8);
-  const Lanes first = Lanes{} + (IV[0] ^ 0x01010000ULL ^ 8);  // no key, 8-byte digest
-  Lanes v[16];
+  const Lanes first = Lanes{} + (IV[0] ^ 0x01010000ULL ^ 8);  // no key, 8-byte digest (as hash64)
   v[0] = first;
   for (int i = 1; i < 8; ++i) v[i] = Lanes{} + IV[i];
   for (int i = 0; i < 8; ++i) v[8 + i] = Lanes{} + IV[i];
   v[12] ^= Lanes{n[0], n[1], n[2], n[3]};
   v[14] = ~v[14];  // the last block
-#define HVD_G4(a, b, c, d, x, y) \
-  a += b + (x);                  \
-  d = rotr(d ^ a, 32);           \
-  c += d;                        \
-  b = rotr(b ^ c, 24);           \
-  a += b + (y);                  \
-  d = rotr(d ^ a, 16);           \
-  c += d;                        \
-  b = rotr(b ^ c, 63);
-  for (int r = 0; r < 12; ++r) {
-    const uint8_t* s = SIGMA[r];
-    HVD_G4(v[0], v[4], v[8], v[12], m[s[0]], m[s[1]]);
-    HVD_G4(v[1], v[5], v[9], v[13], m[s[2]], m[s[3]]);
-    HVD_G4(v[2], v[6], v[10], v[14], m[s[4]], m[s[5]]);
-    HVD_G4(v[3], v[7], v[11], v[15], m[s[6]], m[s[7]]);
-    HVD_G4(v[0], v[5], v[10], v[15], m[s[8]], m[s[9]]);
-    HVD_G4(v[1], v[6], v[11], v[12], m[s[10]], m[s[11]]);
-    HVD_G4(v[2], v[7], v[8], v[13], m[s[12]], m[s[13]]);
-    HVD_G4(v[3], v[4], v[9], v[14], m[s[14]], m[s[15]]);
-  }
-#undef HVD_G4
+  rounds(v, m);
   const Lanes h = first ^ v[0] ^ v[8];
   for (int l = 0; l < 4; ++l) out[l] = h[l];
 }
