@@ -836,10 +836,10 @@ void hvd_w2v_scan_words(void* scan_, int64_t ranks, int64_t threads, unsigned ch
     });
   std::vector<int64_t> owner(n, 0);
   if (ranks > 1) {
-    std::vector<uint64_t> h(n);
+    uint64_t* h = reinterpret_cast<uint64_t*>(owner.data());  // the hashes first, their owners in their place
     hash_all(n, [&](int64_t i) {
       return std::pair<const unsigned char*, uint64_t>(of[i]->word(*entry[i]), entry[i]->length);
-    }, h.data(), threads);
+    }, h, threads);
     for (int64_t i = 0; i < n; ++i) owner[i] = hash_owner(h[i], ranks);
   }
   std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
