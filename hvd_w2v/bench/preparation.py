@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 
-from . import ROOT, checkout_env
+from . import ROOT
 from .scale import make_corpus
 
 
@@ -33,7 +33,8 @@ def encode_seconds(tree, ranks, corpus, out):
     t0 = time.perf_counter()
     done = subprocess.run([os.path.join(tree, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "encode", corpus,
                            "--out", out], cwd=tree, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=tree, HVD_W2V_VENV=os.path.join(ROOT, ".venv")))
+                          env=dict(os.environ, HVD_W2V_VENV=os.path.join(ROOT, ".venv"),
+                                   PYTHONPATH=os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)))
     seconds = time.perf_counter() - t0
     if done.returncode:
         raise SystemExit(f"hvd-w2v encode failed in {tree} on {ranks} ranks:\n{done.stdout[-2000:]}"
