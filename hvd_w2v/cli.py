@@ -309,6 +309,9 @@ def add_train_options(p):
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
                         "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")
+    r.add_argument("--merge-clip", type=float, default=d.merge_clip,
+                   help="with --shards: each row's merged delta scaled down to an L2 norm of at most this per "
+                        "super-step (0: no clip; default: %(default)s)")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")

@@ -47,6 +47,11 @@ class Config:
     # and a cap of 2 lost; larger super-steps lost with every cap, and the sum diverged there (`python -m
     # hvd_w2v.bench.quality --variant ...`; hvd_w2v/bench/README.md, "Shard-local SGD").
     merge_cap: float = 0.0
+    # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
+    # merge_clip (0: not). The sum diverged past about 16k positions a super-step because a few rows' merged
+    # deltas blow up; clipped at 0.5 it kept the exact step's quality at 64 shards of 256 positions
+    # (hvd_w2v/bench/README.md, "Shard-local SGD").
+    merge_clip: float = 0.0
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
@@ -79,6 +84,7 @@ class Config:
             (0 <= self.shards <= 1 << 24, f"--shards must be 0 (the exact step) or 1..16777216, got {self.shards}"),
             (1 <= self.superstep <= 1 << 24, f"--superstep must be in 1..16777216, got {self.superstep}"),
             (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
+            (self.merge_clip >= 0, f"--merge-clip must be 0 (no clip) or more, got {self.merge_clip}"),
         ]
         for ok, message in checks:
             if not ok:

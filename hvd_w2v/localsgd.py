@@ -7,7 +7,8 @@ word2vec.c's threads each own a part of the file. Super-step ``k`` of an epoch c
 centres, in order, on a private copy of the rows they touch, every update seeing the ones before it
 (localsgd_kernel.cc); its deltas (the copy less the super-step's snapshot) go to the rows' owners, who add
 them, each row's sum over the ``m`` shards that touched it scaled by ``min(1, cfg.merge_cap / m)`` (0: not)
-(training.CappedAdd, with shard counts for SGD counts). Then the next super-step's rows are fetched.
+(training.CappedAdd, with shard counts for SGD counts), then, with ``cfg.merge_clip``, scaled down to that L2
+norm at most (:class:`ClippedMerge`). Then the next super-step's rows are fetched.
 
 Rank ``r`` of ``P`` hosts the shards ``[V r / P, V (r + 1) / P)`` and runs them on its threads. Everything a
 shard does is a function of its positions and the snapshot, and the deltas are summed in shard order, so
@@ -88,7 +89,8 @@ class LocalSGD:
         self.check_layout(cfg, plan.ranks)
         self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
         self.lib = native.local_sgd_kernel()
-        self.apply = CappedAdd(float(cfg.merge_cap or "inf"), threads)  # 0: no cap, the sum
+        cap = float(cfg.merge_cap or "inf")  # 0: no cap, the sum
+        self.apply = ClippedMerge(cap, cfg.merge_clip, threads) if cfg.merge_clip else CappedAdd(cap, threads)
         self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads)
 
     @staticmethod
@@ -105,8 +107,53 @@ class LocalSGD:
 
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
-                f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}; shard SGD: "
+                f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}"
+                f"{f', clipped to {self.cfg.merge_clip:g}' if self.cfg.merge_clip else ''}; shard SGD: "
                 f"{'compiled' if self.lib is not None else 'numpy'}")
+
+
+class ClippedMerge:
+    """The owners' rule with ``--merge-clip``: a row's merged delta (its sources' sum, scaled by min(1, cap / m)
+    as training.CappedAdd's) scaled down to an L2 norm of at most ``clip``; each row of the table (a vector of
+    W_in or of W_out) alone.
+
+    Why: the shards' deltas of a row are each computed from the same snapshot, so where many shards update a
+    row in one super-step their sum can overshoot by far, and past about 16k positions a super-step the sum
+    diverged. Clipping bounds the step of those few rows and leaves the others' sum as it is. The clip applies
+    to the whole merged sum (all sources summed first), so it is the same on every layout of the shards.
+    """
+
+    def __init__(self, cap, clip, threads=1):
+        self.cap, self.clip, self.threads = cap, clip, threads
+
+    def __call__(self, table, rows, updates, counts):
+        """``table[rows] += updates`` (rows unique; every source's already summed: the hot rows')."""
+        native.add_rows(table, rows, updates, self.scale(updates, counts), self.threads)
+
+    def sources(self, table, rows, blocks, sgd, total):
+        """An owner's scatter (training.CappedAdd.sources's arguments; ``total`` unused): the sources' blocks
+        summed row by row in source order, then scaled and added."""
+        if len(blocks) == 1:
+            rows_, merged, counts = rows, blocks[0], sgd
+        else:
+            rows_, inverse = np.unique(rows, return_inverse=True)
+            merged = np.zeros((len(rows_), table.shape[1]), np.float32)
+            counts = np.zeros(len(rows_), np.float32)
+            lo = 0
+            for block in blocks:  # a source's rows are unique: each block adds with one fancy index
+                at = inverse[lo:lo + len(block)]
+                merged[at] += block
+                counts[at] += sgd[lo:lo + len(block)]
+                lo += len(block)
+        native.add_rows(table, rows_, merged, self.scale(merged, counts), self.threads)
+
+    def scale(self, merged, counts):
+        """Each row's factor: the cap's, then at most ``clip`` over the capped row's L2 norm."""
+        scale = native.cap_scale(self.cap, counts)
+        norms = np.sqrt(np.einsum("ij,ij->i", merged, merged, dtype=np.float32)) * scale
+        over = norms > self.clip
+        scale[over] *= self.clip / norms[over]
+        return scale
 
 
 def reference(sg, rows, ctx, tgt, bounds, alpha):

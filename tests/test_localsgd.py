@@ -75,6 +75,26 @@ def test_bad_rows_or_bounds_are_refused():
         native.local_sgd(lib, True, rows, ctx, tgt, bounds[::-1].copy(), np.float32(0.05))
 
 
+def test_the_clip_bounds_each_merged_row_after_the_sources_are_summed():
+    """--merge-clip: every source's delta of a row summed first, then the sum scaled down to the clip's norm
+    (two deltas under the clip whose sum is over it are clipped); the cap's scale applies before it."""
+    from hvd_w2v.localsgd import ClippedMerge
+
+    table = np.zeros((6, 3), np.float32)
+    rows = np.array([1, 2, 3, 2, 3, 4], np.int64)  # source 0: rows 1, 2, 3; source 1: rows 2, 3, 4
+    blocks = [np.array([[3, 4, 0], [0.1, 0, 0], [0.8, 0, 0]], np.float32),
+              np.array([[0.2, 0, 0], [0.8, 0, 0], [0, 0, 0.3]], np.float32)]
+    ClippedMerge(np.inf, 1.0).sources(table, rows, blocks, np.ones(6, np.float32), np.zeros(6, np.float32))
+    np.testing.assert_allclose(table, [[0, 0, 0], [0.6, 0.8, 0], [0.3, 0, 0], [1, 0, 0], [0, 0, 0.3], [0, 0, 0]],
+                               rtol=1e-6)
+    hot = np.zeros((2, 2), np.float32)
+    ClippedMerge(1.0, 10.0)(hot, np.array([0, 1]), np.array([[6, 8], [2, 0]], np.float32),
+                            np.array([2, 1], np.float32))  # row 0: 2 shards, capped to their mean
+    np.testing.assert_allclose(hot, [[3, 4], [2, 0]])
+    ClippedMerge(1.0, 1.0)(hot, np.array([0]), np.array([[6, 8]], np.float32), np.array([2], np.float32))
+    np.testing.assert_allclose(hot, [[3.6, 4.8], [2, 0]], rtol=1e-6)  # the mean (norm 5) clipped to 1
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "zipf.txt"
@@ -92,8 +112,9 @@ def train(corpus, out, nranks, threads, *options):
     return load(f"{out}/vectors.bin")
 
 
-# Skip-gram with hot rows (their deltas summed by Horovod), CBOW without (every row through the alltoall).
-ARCH = {"sg": ["--sg", "--hot-rows", "40"], "cbow": ["--cbow"]}
+# Skip-gram with hot rows (their deltas summed by Horovod), CBOW without (every row through the alltoall: an
+# owner sums several ranks' blocks) and with the merge clipped (small enough to bind on this corpus).
+ARCH = {"sg": ["--sg", "--hot-rows", "40"], "cbow": ["--cbow", "--merge-clip", "0.01"]}
 
 
 @pytest.fixture(scope="module")
