@@ -134,18 +134,18 @@ class ClippedMerge:
         """An owner's scatter (training.CappedAdd.sources's arguments; ``total`` unused): the sources' blocks
         summed row by row in source order, then scaled and added."""
         if len(blocks) == 1:
-            rows_, merged, counts = rows, blocks[0], sgd
+            unique, merged, counts = rows, blocks[0], sgd
         else:
-            rows_, inverse = np.unique(rows, return_inverse=True)
-            merged = np.zeros((len(rows_), table.shape[1]), np.float32)
-            counts = np.zeros(len(rows_), np.float32)
+            unique, inverse = np.unique(rows, return_inverse=True)
+            merged = np.zeros((len(unique), table.shape[1]), np.float32)
+            counts = np.zeros(len(unique), np.float32)
             lo = 0
             for block in blocks:  # a source's rows are unique: each block adds with one fancy index
                 at = inverse[lo:lo + len(block)]
                 merged[at] += block
                 counts[at] += sgd[lo:lo + len(block)]
                 lo += len(block)
-        native.add_rows(table, rows_, merged, self.scale(merged, counts), self.threads)
+        native.add_rows(table, unique, merged, self.scale(merged, counts), self.threads)
 
     def scale(self, merged, counts):
         """Each row's factor: the cap's, then at most ``clip`` over the capped row's L2 norm."""
