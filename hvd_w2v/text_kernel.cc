@@ -84,11 +84,14 @@ void compress(uint64_t* h, const unsigned char* block, uint64_t t, bool last) {
   for (int i = 0; i < 8; ++i) h[i] ^= v[i] ^ v[8 + i];
 }
 
+// The first word of the state of hash64 and hash64x4: the parameter block's, no key, an 8-byte digest.
+constexpr uint64_t H0 = IV[0] ^ 0x01010000ULL ^ 8;
+
 // hashlib.blake2b(word, digest_size=8), read as a little-endian integer.
 uint64_t hash64(const unsigned char* p, uint64_t n) {
   uint64_t h[8];
   for (int i = 0; i < 8; ++i) h[i] = IV[i];
-  h[0] ^= 0x01010000ULL ^ 8;  // no key, 8-byte digest
+  h[0] = H0;
   uint64_t done = 0;
   while (n - done > 128) {
     done += 128;
@@ -108,7 +111,7 @@ void hash64x4(const unsigned char* const* p, const uint64_t* n, uint64_t* out) {
   Lanes m[16], v[16];
   for (int i = 0; i < 16; ++i)
     for (int l = 0; l < 4; ++l) std::memcpy(reinterpret_cast<uint64_t*>(&m[i]) + l, block[l] + 8 * i, 8);
-  const Lanes first = Lanes{} + (IV[0] ^ 0x01010000ULL ^ 8);  // no key, 8-byte digest (as hash64)
+  const Lanes first = Lanes{} + H0;
   v[0] = first;
   for (int i = 1; i < 8; ++i) v[i] = Lanes{} + IV[i];
   for (int i = 0; i < 8; ++i) v[8 + i] = Lanes{} + IV[i];
