@@ -57,6 +57,7 @@ POLL_STEPS = 5
 # before the field existed) had its default.
 EXACT = ("dim", "seed", "window", "negative", "sample", "batch_words", "epochs", "alpha", "min_alpha", "sg",
          "update_cap", "span", "shards", "superstep", "merge_cap", "merge_clip")
+SHARDS_ONLY = ("superstep", "merge_cap", "merge_clip")  # the fields of EXACT that only shard-local SGD reads
 CHUNK = 1 << 24  # bytes written or hashed per call: bounds the extra memory of a checkpoint
 NAME = re.compile(r"^step-(\d{9})$")
 
@@ -273,8 +274,11 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
     if stream_length is not None and m["stream_length"] != stream_length:
         raise UserError(f"checkpoint {folder} was written for a corpus of {m['stream_length']:,} positions; "
                         f"this one has {stream_length:,}: resume with the same corpus")
-    now, before = cfg.to_dict(), {**type(cfg)().to_dict(), **old_cfg}
+    # An older manifest's missing fields are what that version ran: the exact step's defaults on one host.
+    now, before = cfg.to_dict(), {**type(cfg)().settled(1, 1).to_dict(), **old_cfg}
     for field in EXACT:
+        if field in SHARDS_ONLY and not now["shards"] and not before.get("shards"):
+            continue  # the exact step has no super-steps nor merge
         if before.get(field) != now[field]:
             option = "--sg/--cbow" if field == "sg" else f"--{field.replace('_', '-')}"
             raise UserError(f"checkpoint {folder} was written with {option} {before.get(field)}, this run has "

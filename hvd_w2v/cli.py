@@ -273,6 +273,7 @@ def add_corpus_options(p):
 
 def add_train_options(p):
     """train's options: add_corpus_options, the model, the distributed step and the outputs."""
+    from . import config
     from .config import Config
 
     d = Config()
@@ -300,18 +301,20 @@ def add_train_options(p):
     r.add_argument("--update-cap", type=float, default=d.update_cap,
                    help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
                         "updates (default: %(default)s)")
-    r.add_argument("--shards", type=int, default=d.shards,
-                   help="shard-local SGD: the stream cut into this many shards, each running word2vec's "
-                        "sequential SGD between super-step exchanges; the same vectors on any layout that "
-                        "hosts them (0: the exact step of --batch-words; default: %(default)s)")
-    r.add_argument("--superstep", type=int, default=d.superstep,
-                   help="with --shards: positions of each shard per super-step (default: %(default)s)")
+    r.add_argument("--shards", type=_or_auto(int), default=d.shards, metavar="V",
+                   help="shard-local SGD: the stream cut into V shards, each running word2vec's sequential SGD "
+                        "between super-step exchanges; the same vectors on any layout that hosts them. 0: the "
+                        "exact step of --batch-words. auto (the default): the exact step on one host, on "
+                        "several a shard for each thread of the job")
+    r.add_argument("--superstep", type=_or_auto(int), default=d.superstep, metavar="S",
+                   help="with --shards: positions of each shard per super-step (auto, the default: "
+                        f"{config.SUPERSTEP_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
                         "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")
-    r.add_argument("--merge-clip", type=float, default=d.merge_clip,
-                   help="with --shards: each row's merged delta scaled down to an L2 norm of at most this per "
-                        "super-step (0: no clip; default: %(default)s)")
+    r.add_argument("--merge-clip", type=_or_auto(float), default=d.merge_clip, metavar="TAU",
+                   help="with --shards: each row's merged delta scaled down to an L2 norm of at most TAU per "
+                        f"super-step (0: no clip; auto, the default: {config.MERGE_CLIP:g})")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")
@@ -322,6 +325,14 @@ def add_train_options(p):
     o.add_argument("--tensorboard", metavar="DIR", default=None,
                    help="write TensorBoard scalars there at every loss report (about every 2 s): loss, "
                         "learning rate, words/s, bytes exchanged per word, exchange share of step time")
+
+
+def _or_auto(kind):
+    """An argparse type: ``kind``'s values, or "auto" (None: chosen by the layout, Config.settled)."""
+    def parse(text):
+        return None if text == "auto" else kind(text)
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: 'x'"
+    return parse
 
 
 def _model_defaults():

@@ -1,8 +1,23 @@
 """Training configuration: one frozen value, built once by the command line and passed explicitly."""
 import numbers
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from .errors import UserError
+
+# Fields that may be None, "chosen by the job's layout" (Config.settled), and the type of their values.
+LEFT_TO_LAYOUT = {int | None: int, float | None: float}
+# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD", "The default on
+# several hosts") has the quality and the planner's projections behind each.
+SUPERSTEP_POSITIONS = 1 << 16  # V x S: the positions of all shards in one super-step ...
+MIN_SUPERSTEP = 64  # ... but at least this many a shard
+MERGE_CLIP = 0.5  # the L2 norm a row's merged delta is clipped to
+
+
+def superstep_for(shards):
+    """The default super-step of ``shards`` shards: SUPERSTEP_POSITIONS positions over all of them, each at least
+    MIN_SUPERSTEP. Why: what decides quality is the positions one super-step covers from one snapshot, not the
+    shard count; and below MIN_SUPERSTEP a shard's compute is a small part of its super-step's exchange."""
+    return max(MIN_SUPERSTEP, SUPERSTEP_POSITIONS // shards)
 
 
 @dataclass(frozen=True)
@@ -38,34 +53,34 @@ class Config:
     # Shard-local SGD (localsgd), when ``shards`` is 1 or more: the stream is cut into that many shards, each
     # running word2vec's sequential SGD over ``superstep`` consecutive positions of its own between exchanges,
     # and the vectors depend on (shards, superstep), never on the layout that hosts them. 0: the exact global
-    # step of ``batch_words`` above. hvd_w2v/bench/README.md, "Shard-local SGD", has the quality against both.
-    shards: int = 0
-    superstep: int = 4096  # positions of each shard per super-step
+    # step of ``batch_words`` above. None (the default): chosen by the job's layout, :meth:`settled`.
+    shards: int | None = None
+    superstep: int | None = None  # positions of each shard per super-step (None: :func:`superstep_for`)
     # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
-    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them, which
-    # scored as the exact step where a super-step covers about 4,096 positions (2 and 64 shards), where the mean
-    # and a cap of 2 lost; larger super-steps lost with every cap, and the sum diverged there (`python -m
-    # hvd_w2v.bench.quality --variant ...`; hvd_w2v/bench/README.md, "Shard-local SGD").
+    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them. The mean
+    # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD").
     merge_cap: float = 0.0
     # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
-    # merge_clip (0: not). The sum diverged past about 16k positions a super-step because a few rows' merged
-    # deltas blow up; clipped at 0.5 it scored within 0.011 of the exact step at 64 shards of 256 positions, and
-    # within 0.03 at 2,048 shards of 64 (hvd_w2v/bench/README.md, "Shard-local SGD").
-    merge_clip: float = 0.0
+    # merge_clip (0: not; None: MERGE_CLIP). The plain sum diverges once a super-step covers many positions,
+    # because a few rows' merged deltas blow up; the clip bounds those and leaves the others' sum as it is.
+    merge_clip: float | None = None
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
         # epochs=2.5, sg=1 as gensim spells it): refused by name, but for sg's 0 and 1, which mean False, True.
         for f in fields(self):
             value, option = getattr(self, f.name), "--" + f.name.replace("_", "-")
-            if f.type is bool and not isinstance(value, bool) and isinstance(value, numbers.Integral) \
+            kind = LEFT_TO_LAYOUT.get(f.type, f.type)
+            if value is None and kind is not f.type:
+                continue  # chosen by the layout (settled)
+            if kind is bool and not isinstance(value, bool) and isinstance(value, numbers.Integral) \
                     and value in (0, 1):
                 object.__setattr__(self, f.name, bool(value))
-            elif f.type is bool and not isinstance(value, bool):
+            elif kind is bool and not isinstance(value, bool):
                 raise UserError(f"{f.name} must be True or False (or 1, 0), got {value!r}")
-            elif f.type is int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            elif kind is int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
                 raise UserError(f"{option} ({f.name}=) must be a whole number, got {value!r}")
-            elif f.type is float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            elif kind is float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
                 raise UserError(f"{option} ({f.name}=) must be a number, got {value!r}")
         checks = [
             (1 <= self.dim <= 10000, f"--dim must be in 1..10000, got {self.dim}"),
@@ -81,10 +96,13 @@ class Config:
             (self.hot_rows >= 0, f"--hot-rows must be 0 or more, got {self.hot_rows}"),
             (self.update_cap >= 1, f"--update-cap must be at least 1, got {self.update_cap}"),
             (self.span == 0 or self.span >= self.window, f"--span must be 0 or at least --window, got {self.span}"),
-            (0 <= self.shards <= 1 << 24, f"--shards must be 0 (the exact step) or 1..16777216, got {self.shards}"),
-            (1 <= self.superstep <= 1 << 24, f"--superstep must be in 1..16777216, got {self.superstep}"),
+            (self.shards is None or 0 <= self.shards <= 1 << 24,
+             f"--shards must be 0 (the exact step), 1..16777216 or auto, got {self.shards}"),
+            (self.superstep is None or 1 <= self.superstep <= 1 << 24,
+             f"--superstep must be in 1..16777216 or auto, got {self.superstep}"),
             (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
-            (self.merge_clip >= 0, f"--merge-clip must be 0 (no clip) or more, got {self.merge_clip}"),
+            (self.merge_clip is None or self.merge_clip >= 0,
+             f"--merge-clip must be 0 (no clip), more or auto, got {self.merge_clip}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -101,6 +119,34 @@ class Config:
         if self.shards:
             return -(-(-(-n // self.shards)) // self.superstep)
         return -(-n // self.batch_words)
+
+    def settled(self, hosts, threads, previous=None):
+        """This config with every field left to the layout (None) chosen: what `train` runs.
+
+        ``hosts``, ``threads``: the job's host count and its compute threads (all ranks'). ``previous``: the
+        config (a dict) of the run that a resume goes on with, whose choices are kept, so that a run resumed
+        on another layout goes on with the same shards (its resume is exact on the same shards).
+
+        The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
+        which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
+        every 2,048 positions would leave a cluster idle. With shards, ``superstep`` is
+        :func:`superstep_for` and ``merge_clip`` MERGE_CLIP.
+        """
+        previous = previous or {}
+        shards = self.shards
+        if shards is None:
+            shards = previous.get("shards") if previous.get("shards") is not None else threads if hosts > 1 else 0
+        if not shards:
+            return replace(self, shards=0)
+        same = previous.get("shards") == shards  # the resumed run's other choices are kept with its shards
+
+        def chosen(name, default):
+            value = getattr(self, name)
+            if value is None and same:
+                value = previous.get(name)
+            return default if value is None else value
+        return replace(self, shards=shards, superstep=chosen("superstep", superstep_for(shards)),
+                       merge_clip=chosen("merge_clip", MERGE_CLIP))
 
     def to_dict(self):
         return asdict(self)

@@ -18,7 +18,8 @@ allreduce), every node assumed to serve as many rows as it asks for. Compute: S 
 the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
 the T threads of a node in parallel. Words per second count raw words: P x T x S positions x raw words per
 position over the super-step's time; the parallel efficiency is that over P times one node's words per
-second (one node exchanges nothing). The exact step's row, beside it: plan.py's projection of one rank per
+second at the same S (one node exchanges nothing). S "auto" is train's default for the row's V
+(config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row, beside it: plan.py's projection of one rank per
 node whose step maths runs T times faster (its T threads), at the default --batch-words.
 """
 import argparse
@@ -30,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import batches, native, plan
-from .config import Config
+from .config import Config, superstep_for
 from .errors import UserError
 from .shard import RowPlan
 from .training import StepPlan
@@ -130,8 +131,9 @@ def main(argv=None):
     p.add_argument("corpus", nargs="+", help="text files or folders, or a run folder (vocab.txt and ids/)")
     p.add_argument("--nodes", default="1,2,4,8,16,32,64,128,256,512,1024", help="node counts P (default: %(default)s)")
     p.add_argument("--threads", type=int, default=32, help="threads (shards) per node T (default: %(default)s)")
-    p.add_argument("--superstep", default=str(Config.superstep),
-                   help="positions per shard per super-step S, comma-separated (default: %(default)s)")
+    p.add_argument("--superstep", default="auto",
+                   help="positions per shard per super-step S, comma-separated; auto: train's default for the "
+                        "row's V = P x T, config.superstep_for (default: %(default)s)")
     p.add_argument("--hot-rows", default="0", help="hot-row counts H, comma-separated (default: %(default)s)")
     p.add_argument("--bandwidth", default="25,100", help="Gb/s per node, comma-separated (default: %(default)s)")
     p.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
@@ -143,7 +145,7 @@ def main(argv=None):
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
         nodes, hot = plan._ints(args.nodes, "--nodes"), plan._ints(args.hot_rows, "--hot-rows", low=0)
-        supersteps = plan._ints(args.superstep, "--superstep")
+        supersteps = [s if s == "auto" else plan._ints(s, "--superstep")[0] for s in args.superstep.split(",")]
         bandwidths = [float(b) for b in args.bandwidth.split(",")]
         if args.threads < 1 or min(bandwidths) <= 0:
             raise UserError("--threads must be at least 1 and --bandwidth more than 0")
@@ -155,15 +157,18 @@ def main(argv=None):
     try:
         exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2,
                                              statistic=np.min) if args.exact_steps else None
-        rows = []
-        for s in supersteps:
-            c = replace(cfg, superstep=s, shards=1)
-            per_position, how = measure_thread(corpus, c)
-            say(f"localplan: S {s:,}: {how}")
+        rows, measured = [], {}
+        for spec in supersteps:
             for gbps in bandwidths:
                 network = plan.Network(gbps * 1e9 / 8, args.latency * 1e-6)
-                one = project(corpus, c, 1, args.threads, 0, network, per_position, [])["words"]
                 for n in nodes:
+                    s = superstep_for(n * args.threads) if spec == "auto" else spec
+                    c = replace(cfg, superstep=s, shards=1)
+                    if s not in measured:
+                        measured[s] = measure_thread(corpus, c)
+                        say(f"localplan: S {s:,}: {measured[s][1]}")
+                    per_position = measured[s][0]
+                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [])["words"]
                     exact = exact_row(corpus, cfg, n, args.threads, network, exact_compute, args.exact_steps) \
                         if exact_compute else float("nan")
                     for h in hot:

@@ -256,7 +256,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     renumbered into the copy (int32, a shard's slots) and the place of every table row in it (int32, U;
     localsgd_kernel.cc).
     """
-    hosted = math.ceil(cfg.shards / ranks)
+    hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
     centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
     per_centre = 2 * cfg.window + 1 + cfg.negative
     slots = centres * per_centre

@@ -99,6 +99,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
         raise UserError(f"format must be one or both of {', '.join(FORMATS)}, got {', '.join(format) or 'none'}")
     limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
+    cfg = settle(saver.comm, cfg, out if resume else None, saver.log)
     _rule(cfg).check_layout(cfg, saver.comm.size)  # before the lock: nothing to release
     lock = hold(saver.comm, out, "train", resume=resume, overwrite=overwrite)
     try:
@@ -516,6 +517,28 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
                           rule=_rule(cfg)) + (stream,)
+
+
+def settle(comm, cfg, resumed=None, say=None):
+    """``cfg`` with the fields left to the layout chosen on this job's (Config.settled: the exact step on one
+    host, shard-local SGD on several), keeping the choices of the run in the folder ``resumed`` (its run.json,
+    read by rank 0) when resuming one. Collective (one allgather). ``say``: where the choice is told."""
+    import socket
+
+    from . import runfolder
+
+    record = runfolder.read_record(resumed) if resumed and comm.rank == 0 else None
+    previous = record.get("config") if record and isinstance(record.get("config"), dict) else None
+    # mpi4py: every rank's host and threads, and rank 0's reading of the run resumed, to every rank
+    found = comm.allgather((socket.gethostname(), comm.threads, previous))
+    hosts, threads, previous = len({h for h, _, _ in found}), sum(t for _, t, _ in found), found[0][2]
+    settled = cfg.settled(hosts, threads, previous)
+    if cfg.shards is None and settled.shards and say:
+        why = ("as the run resumed chose" if previous and previous.get("shards") == settled.shards
+               else f"a shard for each of the {threads:,} threads on {hosts:,} hosts")
+        say(f"mode: shard-local SGD ({why}): --shards {settled.shards} --superstep {settled.superstep} --merge-clip "
+            f"{settled.merge_clip:g} (--shards 0: the exact step)")
+    return settled
 
 
 def _rule(cfg):

@@ -32,8 +32,9 @@ from test_slurm import interrupt_and_resume, submit, vectors
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
-# Tiny and quick, as tests/test_slurm.py's: 100,000 tokens, 1,875 words of 16 dimensions, 1,040 global steps.
-OPTIONS = ["--epochs", "20", "--dim", "16", "--show", "", "--quiet", "--checkpoint-every", "0",
+# Tiny and quick, as tests/test_slurm.py's: 100,000 tokens, 1,875 words of 16 dimensions, 1,040 global steps;
+# the exact step, which several hosts run only when told (OPTIONS[2:] leaves the mode to the layout).
+OPTIONS = ["--shards", "0", "--epochs", "20", "--dim", "16", "--show", "", "--quiet", "--checkpoint-every", "0",
            "--format", "binary"]
 ATOL = 1e-5  # float32 summation order (README, "Same result on any rank count")
 LAUNCH_TIMEOUT = 150
@@ -135,18 +136,24 @@ def test_same_vectors_on_several_hosts(hosts, corpus, reference, tmp_path, slots
     assert diff < ATOL
 
 
-def test_shard_local_sgd_gives_the_same_vectors_on_one_host_and_on_two(hosts, corpus, tmp_path):
-    """--shards 4 (localsgd): 1 host x 1 rank of 2 threads and 2 hosts x 2 ranks of 1 thread host the same
-    shards, whose deltas cross hosts over TCP on the second: the same vectors up to float32 summation order."""
+def test_two_hosts_choose_shard_local_sgd_whose_vectors_one_host_gives_with_the_same_shards(hosts, corpus, tmp_path):
+    """Without --shards, 2 hosts x 2 ranks of 1 thread choose shard-local SGD, a shard a thread (Config.settled):
+    1 host x 1 rank of 2 threads told the same shards, super-step and clip gives the same vectors up to float32
+    summation order, where the deltas crossed hosts over TCP."""
+    from hvd_w2v.config import MERGE_CLIP, superstep_for
+
+    told = ["--shards", "4", "--superstep", str(superstep_for(4)), "--merge-clip", str(MERGE_CLIP)]
     got = {}
-    for name, n, slots in [("1x1", 1, {"nodeA": 1}), ("2x2", 4, {"nodeA": 2, "nodeB": 2})]:
+    for name, n, slots, mode in [("1x1", 1, {"nodeA": 1}, told), ("2x2", 4, {"nodeA": 2, "nodeB": 2}, [])]:
         out = tmp_path / name
-        r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, "--epochs", "2", "--shards", "4",
-                                     "--superstep", "1024"], env=SHARED_CORES)
+        r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS[2:], "--epochs", "2", *mode],
+                   env=SHARED_CORES)
         assert r.returncode == 0, r.output
+        assert ("mode: shard-local SGD (a shard for each of the 4 threads on 2 hosts): " + " ".join(told)
+                in r.output) == (not mode), r.output
         got[name] = vectors(out)
     diff = max_diff(got["2x2"], got["1x1"])
-    print(f"--shards 4 on 2 hosts x 2 ranks: largest difference from 1 host x 1 rank {diff:.2e}")
+    print(f"4 shards chosen on 2 hosts x 2 ranks: largest difference from 1 host x 1 rank {diff:.2e}")
     assert diff < ATOL
 
 

@@ -95,6 +95,27 @@ def test_the_clip_bounds_each_merged_row_after_the_sources_are_summed():
     np.testing.assert_allclose(hot, [[3.6, 4.8], [2, 0]], rtol=1e-6)  # the mean (norm 5) clipped to 1
 
 
+def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_choice():
+    """Config.settled: the exact step on one host; on several a shard a thread, superstep_for's super-step and
+    the clip; what the options say wins; a resume keeps the resumed run's choices with its shards."""
+    from hvd_w2v.config import MERGE_CLIP, Config, superstep_for
+
+    auto = Config()
+    assert auto.settled(1, 64).shards == 0
+    several = auto.settled(2, 64)
+    assert (several.shards, several.superstep, several.merge_clip) == (64, superstep_for(64), MERGE_CLIP)
+    assert superstep_for(2) > superstep_for(64) * 16 and superstep_for(1 << 20) == 64
+    told = Config(shards=8, merge_clip=0.0).settled(2, 64)
+    assert (told.shards, told.superstep, told.merge_clip) == (8, superstep_for(8), 0.0)
+    assert Config(shards=0).settled(2, 64).shards == 0
+    before = dict(shards=4, superstep=512, merge_clip=0.0)
+    resumed = auto.settled(1, 2, before)
+    assert (resumed.shards, resumed.superstep, resumed.merge_clip) == (4, 512, 0.0)
+    other = Config(shards=8).settled(1, 2, before)  # another shard count: its own choices (the resume refuses)
+    assert (other.shards, other.superstep, other.merge_clip) == (8, superstep_for(8), MERGE_CLIP)
+    assert auto.settled(2, 64, dict(shards=0)).shards == 0
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "zipf.txt"
@@ -112,9 +133,9 @@ def train(corpus, out, nranks, threads, *options):
     return load(f"{out}/vectors.bin")
 
 
-# Skip-gram with hot rows (their deltas summed by Horovod), CBOW without (every row through the alltoall: an
-# owner sums several ranks' blocks) and with the merge clipped (small enough to bind on this corpus).
-ARCH = {"sg": ["--sg", "--hot-rows", "40"], "cbow": ["--cbow", "--merge-clip", "0.01"]}
+# Skip-gram with hot rows (their deltas summed by Horovod) and the plain sum, CBOW without (every row through
+# the alltoall: an owner sums several ranks' blocks) and with the merge clipped (small enough to bind here).
+ARCH = {"sg": ["--sg", "--hot-rows", "40", "--merge-clip", "0"], "cbow": ["--cbow", "--merge-clip", "0.01"]}
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +168,13 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
     other = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, *OPTIONS, *ARCH["sg"], "--resume",
                        "--shards", "8"], timeout=120)
     assert other.returncode == 2 and "--shards 4, this run has 8" in other.output, other.output[-3000:]
-    got = train(corpus, str(tmp_path), 1, 2, *ARCH["sg"], "--resume")
+    # Without --shards, --superstep and --merge-clip, the resume keeps the run's (one host alone would choose
+    # the exact step): its run.json's.
+    result = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, "--epochs", "2", "--quiet", "--show", "",
+                        "--format", "binary", "--sg", "--hot-rows", "40", "--resume"], timeout=240, threads=2)
+    assert result.ok and "mode: shard-local SGD (as the run resumed chose): --shards 4 --superstep 512 " \
+        "--merge-clip 0" in result.output, result.output[-3000:]
+    got = load(f"{tmp_path}/vectors.bin")
     diff = np.abs(got.vectors - reference["sg"].vectors).max()
     print(f"resumed on 1 x 2: largest difference from the uninterrupted 1 x 4 {diff:.2e}")
     assert diff < ATOL, f"the resumed run differs from the uninterrupted one by {diff:.2e}"
