@@ -56,7 +56,8 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     ``config``: the model's and the step's settings, hvd_w2v.config.Config's fields (dim=100, window=5,
     negative=5, min_count=5, sample=1e-3, epochs=5, alpha=0.025, sg=True, batch_words=2048, ...; the same
     defaults and meanings as `hvd-w2v train`'s options of those names; another name, gensim's included, or a
-    value of the wrong type is a UserError naming the option meant). The run's own options:
+    value of the wrong type is a UserError naming the option meant). ``shards``, ``superstep`` and
+    ``merge_clip`` left to None ("auto") are chosen by the job's layout (:func:`settle`). The run's own options:
 
     - ``threads``: compute threads per rank (None: $HVD_W2V_THREADS, which mpi/launch sets, else 1, and the
       layout line then says how many CPUs that leaves idle);
