@@ -82,7 +82,9 @@ def main(argv=None):
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--arch", nargs="+", choices=["sg", "cbow"], default=["sg", "cbow"])
     p.add_argument("--seeds", type=int, nargs="+", default=[1], help="one run per seed (default: %(default)s)")
-    p.add_argument("--gensim-workers", type=int, default=2)
+    p.add_argument("--gensim-workers", type=int, default=2,
+                   help="gensim's worker threads; 0: no gensim row (hvd-w2v variants against the exact step's "
+                        "\"\" variant alone; default: %(default)s)")
     p.add_argument("--gensim-input", choices=["sentences", "corpus_file", "both"], default="sentences",
                    help="how gensim reads the corpus; corpus_file's learning rate does not follow the schedule "
                         "with several workers (default: %(default)s)")
@@ -96,7 +98,8 @@ def main(argv=None):
     if not os.path.exists(args.corpus):
         raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
     corpus = prepare_corpus(args.corpus, args.lines, args.out)
-    sources = ["sentences", "corpus_file"] if args.gensim_input == "both" else [args.gensim_input]
+    sources = (["sentences", "corpus_file"] if args.gensim_input == "both" else [args.gensim_input]) \
+        if args.gensim_workers else []
     rows = {}  # (arch, trainer) -> [(seconds, analogy, ws353, simlex)], one per seed
     for arch in args.arch:
         for seed in args.seeds:
