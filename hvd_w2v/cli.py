@@ -308,13 +308,14 @@ def add_train_options(p):
                         "several a shard for each thread of the job")
     r.add_argument("--superstep", type=_or_auto(int), default=d.superstep, metavar="S",
                    help="with --shards: positions of each shard per super-step (auto, the default: "
-                        f"{config.SUPERSTEP_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
+                        f"{config.SUM_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
                         "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")
     r.add_argument("--merge-clip", type=_or_auto(float), default=d.merge_clip, metavar="TAU",
                    help="with --shards: each row's merged delta scaled down to an L2 norm of at most TAU per "
-                        f"super-step (0: no clip; auto, the default: {config.MERGE_CLIP:g})")
+                        f"super-step (0: no clip; auto, the default: none while V x S is at most "
+                        f"{config.SUM_POSITIONS:,}, {config.MERGE_CLIP:g} past it)")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")

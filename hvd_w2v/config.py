@@ -8,16 +8,22 @@ from .errors import UserError
 LEFT_TO_LAYOUT = {int | None: int, float | None: float}
 # What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD", "The default on
 # several hosts") has the quality and the planner's projections behind each.
-SUPERSTEP_POSITIONS = 1 << 16  # V x S: the positions of all shards in one super-step ...
-MIN_SUPERSTEP = 64  # ... but at least this many a shard
-MERGE_CLIP = 0.5  # the L2 norm a row's merged delta is clipped to
+SUM_POSITIONS = 4096  # V x S up to which the plain sum is the merge ...
+MIN_SUPERSTEP = 64  # ... S at least this many positions a shard ...
+MERGE_CLIP = 0.5  # ... and past SUM_POSITIONS the merged deltas clipped to this L2 norm
 
 
 def superstep_for(shards):
-    """The default super-step of ``shards`` shards: SUPERSTEP_POSITIONS positions over all of them, each at least
-    MIN_SUPERSTEP. Why: what decides quality is the positions one super-step covers from one snapshot, not the
-    shard count; and below MIN_SUPERSTEP a shard's compute is a small part of its super-step's exchange."""
-    return max(MIN_SUPERSTEP, SUPERSTEP_POSITIONS // shards)
+    """The default super-step of ``shards`` shards: SUM_POSITIONS positions over all of them, and at least
+    MIN_SUPERSTEP a shard. Why: what decides quality is the positions one super-step covers from one
+    snapshot; and below MIN_SUPERSTEP a shard's compute is a small part of its super-step's exchange."""
+    return max(MIN_SUPERSTEP, SUM_POSITIONS // shards)
+
+
+def merge_clip_for(shards, superstep):
+    """The default clip: none (the plain sum) while a super-step covers at most SUM_POSITIONS positions, where
+    the sum kept the exact step's quality and the clip cost some; MERGE_CLIP past them, where the sum diverges."""
+    return MERGE_CLIP if shards * superstep > SUM_POSITIONS else 0.0
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,13 @@ class Config:
     # and the vectors depend on (shards, superstep), never on the layout that hosts them. 0: the exact global
     # step of ``batch_words`` above. None (the default): chosen by the job's layout, :meth:`settled`.
     shards: int | None = None
-    superstep: int | None = None  # positions of each shard per super-step (None: :func:`superstep_for`)
+    superstep: int | None = None  # positions of each shard per super-step (None: superstep_for)
     # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
     # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them. The mean
     # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD").
     merge_cap: float = 0.0
     # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
-    # merge_clip (0: not; None: MERGE_CLIP). The plain sum diverges once a super-step covers many positions,
+    # merge_clip (0: not; None: merge_clip_for). The plain sum diverges once a super-step covers many positions,
     # because a few rows' merged deltas blow up; the clip bounds those and leaves the others' sum as it is.
     merge_clip: float | None = None
 
@@ -129,8 +135,8 @@ class Config:
 
         The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
         which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
-        every 2,048 positions would leave a cluster idle. With shards, ``superstep`` is
-        :func:`superstep_for` and ``merge_clip`` MERGE_CLIP.
+        every 2,048 positions would leave a cluster idle. With shards, ``superstep`` is :func:`superstep_for`
+        and ``merge_clip`` :func:`merge_clip_for`.
         """
         previous = previous or {}
         shards = self.shards
@@ -145,8 +151,9 @@ class Config:
             if value is None and same:
                 value = previous.get(name)
             return default if value is None else value
-        return replace(self, shards=shards, superstep=chosen("superstep", superstep_for(shards)),
-                       merge_clip=chosen("merge_clip", MERGE_CLIP))
+        superstep = chosen("superstep", superstep_for(shards))
+        return replace(self, shards=shards, superstep=superstep,
+                       merge_clip=chosen("merge_clip", merge_clip_for(shards, superstep)))
 
     def to_dict(self):
         return asdict(self)

@@ -96,23 +96,26 @@ def test_the_clip_bounds_each_merged_row_after_the_sources_are_summed():
 
 
 def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_choice():
-    """Config.settled: the exact step on one host; on several a shard a thread, superstep_for's super-step and
-    the clip; what the options say wins; a resume keeps the resumed run's choices with its shards."""
-    from hvd_w2v.config import MERGE_CLIP, Config, superstep_for
+    """Config.settled: the exact step on one host; on several a shard a thread, super-steps of 4,096 positions
+    in all (at least 64 a shard) and the plain sum, clipped past 4,096; what the options say wins; a resume
+    keeps the resumed run's choices with its shards."""
+    from hvd_w2v.config import Config
+
+    def chosen(cfg):
+        return cfg.shards, cfg.superstep, cfg.merge_clip
 
     auto = Config()
-    assert auto.settled(1, 64).shards == 0
-    several = auto.settled(2, 64)
-    assert (several.shards, several.superstep, several.merge_clip) == (64, superstep_for(64), MERGE_CLIP)
-    assert superstep_for(2) > superstep_for(64) * 16 and superstep_for(1 << 20) == 64
-    told = Config(shards=8, merge_clip=0.0).settled(2, 64)
-    assert (told.shards, told.superstep, told.merge_clip) == (8, superstep_for(8), 0.0)
-    assert Config(shards=0).settled(2, 64).shards == 0
+    assert auto.settled(1, 64).shards == 0 and Config(shards=0).settled(2, 64).shards == 0
+    assert chosen(auto.settled(2, 4)) == (4, 1024, 0.0)
+    assert chosen(auto.settled(2, 64)) == (64, 64, 0.0)
+    assert chosen(auto.settled(64, 2048)) == (2048, 64, 0.5)
+    assert chosen(Config(shards=8, merge_clip=0.25).settled(1, 2)) == (8, 512, 0.25)
+    assert chosen(Config(shards=8, superstep=4096).settled(1, 2)) == (8, 4096, 0.5)
     before = dict(shards=4, superstep=512, merge_clip=0.0)
-    resumed = auto.settled(1, 2, before)
-    assert (resumed.shards, resumed.superstep, resumed.merge_clip) == (4, 512, 0.0)
-    other = Config(shards=8).settled(1, 2, before)  # another shard count: its own choices (the resume refuses)
-    assert (other.shards, other.superstep, other.merge_clip) == (8, superstep_for(8), MERGE_CLIP)
+    assert chosen(auto.settled(1, 2, before)) == (4, 512, 0.0)
+    assert chosen(auto.settled(64, 2048, before)) == (4, 512, 0.0)
+    # Another shard count than the run resumed: its own choices (and the checkpoint then refuses the resume).
+    assert chosen(Config(shards=8).settled(1, 2, before)) == (8, 512, 0.0)
     assert auto.settled(2, 64, dict(shards=0)).shards == 0
 
 
