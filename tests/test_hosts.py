@@ -147,7 +147,7 @@ def test_two_hosts_choose_shard_local_sgd_whose_vectors_one_host_gives_with_the_
         r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS[2:], "--epochs", "2", *mode],
                    env=SHARED_CORES)
         assert r.returncode == 0, r.output
-        assert ("mode: shard-local SGD (a shard for each of the 4 threads on 2 hosts): " + " ".join(told)
+        assert ("mode: shard-local SGD (a shard for each of the 4 threads on 2 hosts): " + " ".join(told) + " ("
                 in r.output) == (not mode), r.output
         got[name] = vectors(out)
     diff = max_diff(got["2x2"], got["1x1"])
