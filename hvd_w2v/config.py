@@ -1,11 +1,12 @@
 """Training configuration: one frozen value, built once by the command line and passed explicitly."""
 import numbers
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Optional  # (Python 3.9 has no union operator on types)
 
 from .errors import UserError
 
 # Fields that may be None, "chosen by the job's layout" (Config.settled), and the type of their values.
-LEFT_TO_LAYOUT = {int | None: int, float | None: float}
+LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
 # What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD", "The default on
 # several hosts") has the quality and the planner's projections behind each.
 SUM_POSITIONS = 4096  # V x S up to which the plain sum is the merge ...
@@ -60,8 +61,8 @@ class Config:
     # running word2vec's sequential SGD over ``superstep`` consecutive positions of its own between exchanges,
     # and the vectors depend on (shards, superstep), never on the layout that hosts them. 0: the exact global
     # step of ``batch_words`` above. None (the default): chosen by the job's layout, :meth:`settled`.
-    shards: int | None = None
-    superstep: int | None = None  # positions of each shard per super-step (None: superstep_for)
+    shards: Optional[int] = None
+    superstep: Optional[int] = None  # positions of each shard per super-step (None: superstep_for)
     # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
     # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them. The mean
     # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD").
@@ -69,7 +70,7 @@ class Config:
     # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
     # merge_clip (0: not; None: merge_clip_for). The plain sum diverges once a super-step covers many positions,
     # because a few rows' merged deltas blow up; the clip bounds those and leaves the others' sum as it is.
-    merge_clip: float | None = None
+    merge_clip: Optional[float] = None
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",

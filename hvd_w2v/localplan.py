@@ -19,8 +19,9 @@ the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed
 the T threads of a node in parallel. Words per second count raw words: P x T x S positions x raw words per
 position over the super-step's time; the parallel efficiency is that over P times one node's words per
 second at the same S (one node exchanges nothing). S "auto" is train's default for the row's V
-(config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row, beside it: plan.py's projection of one rank per
-node whose step maths runs T times faster (its T threads), at the default --batch-words.
+(config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
+beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
+the default --batch-words.
 """
 import argparse
 import math
