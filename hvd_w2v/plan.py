@@ -462,6 +462,8 @@ def run(args):
         print(describe(corpus, cfg, sizes, planned if len(sizes) == 1 else None, steps, args.epochs, network,
                        compute))
         print(table(rows, args.format))
+        say("plan: this is the exact step's exchange, which one host trains by default; several hosts train "
+            "shard-local SGD unless told --shards 0, which `python -m hvd_w2v.localplan` projects")
         say(f"plan: {time.monotonic() - started:.1f} s in all")
     finally:
         if corpus.folder is not None:
