@@ -11,7 +11,7 @@ LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
 # several hosts") has the quality and the planner's projections behind each.
 SUM_POSITIONS = 4096  # V x S up to which the plain sum is the merge ...
 MIN_SUPERSTEP = 64  # ... S at least this many positions a shard ...
-MERGE_CLIP = 0.5  # ... and past SUM_POSITIONS the merged deltas clipped to this L2 norm
+MERGE_CLIP = 1.0  # ... and past SUM_POSITIONS the merged deltas clipped to this L2 norm
 
 
 def superstep_for(shards):

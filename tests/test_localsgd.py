@@ -108,9 +108,9 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
     assert auto.settled(1, 64).shards == 0 and Config(shards=0).settled(2, 64).shards == 0
     assert chosen(auto.settled(2, 4)) == (4, 1024, 0.0)
     assert chosen(auto.settled(2, 64)) == (64, 64, 0.0)
-    assert chosen(auto.settled(64, 2048)) == (2048, 64, 0.5)
+    assert chosen(auto.settled(64, 2048)) == (2048, 64, 1.0)
     assert chosen(Config(shards=8, merge_clip=0.25).settled(1, 2)) == (8, 512, 0.25)
-    assert chosen(Config(shards=8, superstep=4096).settled(1, 2)) == (8, 4096, 0.5)
+    assert chosen(Config(shards=8, superstep=4096).settled(1, 2)) == (8, 4096, 1.0)
     before = dict(shards=4, superstep=512, merge_clip=0.0)
     assert chosen(auto.settled(1, 2, before)) == (4, 512, 0.0)
     assert chosen(auto.settled(64, 2048, before)) == (4, 512, 0.0)
