@@ -5,8 +5,10 @@ its first byte, and each newline byte (and each file end without one) is one sen
 fall. Tokens are runs of non-whitespace bytes (ASCII whitespace, as word2vec.c); text must be UTF-8.
 Plain files are split anywhere; a gzip file cannot be sought, so it goes whole to the range holding its
 first byte: a corpus of several .gz files is read by several ranks at once, one of a single .gz file by one.
-The compiled passes read each block ahead on a thread of their own (:func:`read_ahead`), which also inflates
-a .gz file's text, so that reading overlaps their work.
+The compiled passes read each block ahead (:func:`read_ahead`), which also inflates a .gz file's text, so that
+reading overlaps their work: on a thread of their own, or where a rank reads several .gz files, on one
+thread a file for as many files at once as the rank has threads (:func:`readers`), because inflating is
+slower than the compiled passes' work on the text.
 """
 import gzip
 import os
@@ -153,18 +155,25 @@ def read_blocks(pieces, block_bytes=None, reading=None, threads=1):
     Raises UserError for binary (NUL bytes) or non-UTF-8 input, naming the file and byte offset: checked in
     text_kernel.cc on ``threads`` threads where it is built, else by Python's decoder (the same message).
     """
-    check, block_bytes = _checker(threads), block_bytes or BLOCK_BYTES
+    check = _checker(threads)
     for piece in pieces:
-        opener = gzip.open if piece.gzipped else open
-        try:
-            with opener(piece.path, "rb") as f:
-                raw = f.fileobj if piece.gzipped else f  # the compressed file, whose bytes Reading counts
-                for block in _blocks(f, piece, block_bytes, check):
-                    yield block
-                    if reading is not None:
-                        reading.at(piece, raw.tell())
-        except (OSError, EOFError) as e:
-            raise UserError(f"cannot read {piece.path}: {e}") from None
+        for block, file_end, position in _piece_blocks(piece, block_bytes, check):
+            yield block, file_end
+            if reading is not None:
+                reading.at(piece, position)
+
+
+def _piece_blocks(piece, block_bytes, check):
+    """``(text, file_end, position)`` of ``piece``: read_blocks's blocks, with how far into the file (its
+    compressed bytes for a .gz file) the reading is after each."""
+    opener = gzip.open if piece.gzipped else open
+    try:
+        with opener(piece.path, "rb") as f:
+            raw = f.fileobj if piece.gzipped else f  # the compressed file, whose bytes progress.Reading counts
+            for block, file_end in _blocks(f, piece, block_bytes or BLOCK_BYTES, check):
+                yield block, file_end, raw.tell()
+    except (OSError, EOFError) as e:
+        raise UserError(f"cannot read {piece.path}: {e}") from None
 
 
 def _blocks(f, piece, block_bytes, check=None):
@@ -227,46 +236,89 @@ def _checker(threads):
     return check
 
 
-def read_ahead(blocks):
-    """The items of the iterator ``blocks``, each read by a thread of its own while the one before is used:
-    the file's reading and a .gz file's inflating (both outside the GIL) overlap the caller's work on the
-    block before (the compiled passes, also outside the GIL). An exception is raised where its item would
-    have been. Holds one block more than ``blocks`` alone."""
-    ahead = queue.Queue(maxsize=1)
+def readers(pieces, threads):
+    """How many threads :func:`read_ahead` reads a rank's ``pieces`` on: one a .gz file, as many at once as
+    the rank's ``threads``; one where they hold at most one .gz file. Why: inflating (zlib, about 200 MB/s of
+    text a thread) is slower than the compiled passes' work on the text it gives, and a file is the least a
+    gzip stream can be read from; a plain file's reading is a small share of that work. Each reader holds up
+    to two blocks (memory.reading_bytes)."""
+    return max(1, min(threads, sum(p.gzipped for p in pieces)))
+
+
+def most_readers(paths, ranks, threads):
+    """The most :func:`readers` any of ``ranks`` ranks of ``threads`` threads reads ``paths`` on (for the
+    memory plan: every rank can tell, from the files' sizes alone)."""
+    return max(readers(pieces, threads) for pieces in split(paths, ranks))
+
+
+def read_ahead(pieces, readers=1, reading=None, block_bytes=None):
+    """``(i, (text, file_end))``: read_blocks's blocks of ``pieces``, ``i`` the index of the piece each comes
+    from, each read (and checked, on one thread) while the ones before it are used: the file's reading and a
+    .gz file's inflating (both outside the GIL) overlap the caller's work (the compiled passes, also outside
+    the GIL). ``readers`` threads read a piece each, taking the next unread one in order as each finishes:
+    a piece's blocks come in order, and on one reader the pieces too; on more, the pieces' blocks come
+    interleaved as they are read (a caller that needs the file order keeps each piece's results apart:
+    encode). At most two blocks a reader are held, one handed over and one read. ``reading`` is told as each
+    block is handed over.
+
+    Bad input raises the error that reading the pieces in order would: a piece's error is raised once every
+    piece before it is read to its end or to its own error, the first piece's in order."""
+    check = _checker(1)
+    team_size = max(1, min(readers, len(pieces)))
+    ahead = queue.Queue(maxsize=team_size)  # (i, item, error): a block, a piece's end (item None) or its error
     stop = threading.Event()
+    order = iter(range(len(pieces)))
+    lock = threading.Lock()
+
+    def put(entry):
+        while not stop.is_set():
+            try:
+                ahead.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
 
     def produce():
-        try:
-            for item in blocks:
-                while not stop.is_set():
-                    try:
-                        ahead.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
-                    return
-            ahead.put((None, StopIteration()))
-        except BaseException as e:  # noqa: B036 - handed to the consumer, raised there
-            ahead.put((None, e))
+        while not stop.is_set():
+            with lock:  # pieces are taken in order: every piece before one being read is taken already
+                i = next(order, None)
+            if i is None:
+                return
+            try:
+                for item in _piece_blocks(pieces[i], block_bytes, check):
+                    if not put((i, item, None)):
+                        return
+                put((i, None, None))
+            except BaseException as e:  # noqa: B036 - handed to the consumer, raised there
+                put((i, None, e))
 
-    reader = threading.Thread(target=produce, daemon=True, name="hvd-w2v read-ahead")
-    reader.start()
+    team = [threading.Thread(target=produce, daemon=True, name=f"hvd-w2v read-ahead {k}") for k in range(team_size)]
+    for thread in team:
+        thread.start()
+    open_pieces, errors = set(range(len(pieces))), {}
     try:
         while True:
-            item, error = ahead.get()
-            if isinstance(error, StopIteration):
+            if errors and not any(i < min(errors) for i in open_pieces):
+                raise errors[min(errors)]
+            if not open_pieces:
                 return
-            if error is not None:
-                raise error
-            yield item
+            i, item, error = ahead.get()
+            if item is None:
+                open_pieces.discard(i)
+                if error is not None:
+                    errors[i] = error
+                continue
+            if errors and i > min(errors):
+                continue  # read past an error: what the pieces before it still give is all that is used
+            text, file_end, position = item
+            yield i, (text, file_end)
+            if reading is not None:
+                reading.at(pieces[i], position)
     finally:
-        stop.set()
-        while reader.is_alive():
-            try:
-                ahead.get_nowait()
-            except queue.Empty:
-                reader.join(0.1)
+        stop.set()  # a reader stops within 0.1 s of waiting, or after the block it reads
+        for thread in team:
+            thread.join()
 
 
 def sentences(block, file_end):

@@ -10,6 +10,7 @@ import errno
 import itertools
 import json
 import os
+import shutil
 import socket
 
 import numpy as np
@@ -45,18 +46,20 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
     pieces = corpus.split(paths, comm.size)[comm.rank]
     shown = progress.Reading("encode", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
     lib = native.text_kernel()
+    readers = corpus.readers(pieces, comm.threads) if lib is not None else 1
     if lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
-        blocks = corpus.read_ahead(corpus.read_blocks(pieces, reading=shown))  # checked beside the work, 1 thread
+        blocks = corpus.read_ahead(pieces, readers, shown)  # checked there, 1 thread a block
         part = CompiledPart(comm, lib, vocab)
     else:
-        blocks = corpus.read_blocks(pieces, reading=shown)
+        blocks = ((0, block) for block in corpus.read_blocks(pieces, reading=shown))
         part = python_part
+    apart = PieceIds(path + ".tmp", readers) if readers > 1 else None  # pieces read at once: their ids apart
     written = 0
     while True:
-        block = None
+        i = block = None
         if error is None:
             try:
-                block = next(blocks, None)
+                i, block = next(blocks, (None, None))
             except UserError as e:
                 error = str(e)
         # mpi4py: every rank's (has a block, error): a round is collective while any rank has text.
@@ -65,14 +68,21 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
             break
         arr = part(comm, vocab, block)
         try:
-            arr.tofile(f)
+            if apart is not None and block is not None:
+                apart.write(i, arr)
+            else:
+                arr.tofile(f)
         except OSError as e:
             error = f"cannot write {path}.tmp on {where}: {e.strerror or e}"  # shared at the next round
         written += len(arr)
     try:
+        if apart is not None and error is None:
+            apart.join(f)
         f.close()
     except OSError as e:
         error = error or f"cannot write {path}.tmp on {where}: {e.strerror or e}"
+    if apart is not None:
+        apart.remove()
     # mpi4py: every rank's shard length and error. Shards replace those of an earlier run only when every
     # rank's is complete, and rank 0 writes the index only when every shard is in place.
     parts = comm.allgather((written, error))
@@ -109,6 +119,59 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         error = f"cannot read the encoded corpus under {outdir} on {where}: {e.strerror}"
     comm.agree(error)
     return stream
+
+
+class PieceIds:
+    """A rank's ids kept piece by piece where its pieces are read several at once (corpus.read_ahead on
+    ``readers`` readers, their blocks interleaved): each piece's ids go to a file of their own beside the
+    shard, ``{shard}.{i:06d}``, and :meth:`join` lays them end to end in piece order, the stream's order. A
+    piece's file is closed when more than ``readers`` are open: the readers take the pieces in order, so the
+    files closed are of pieces read to their end (one is opened again to append, should it not be)."""
+
+    def __init__(self, shard, readers):
+        self.shard, self.most = shard, readers
+        self.open = {}  # piece: its file, the least recently written first
+        self.made = set()
+
+    def name(self, i):
+        return f"{self.shard}.{i:06d}"
+
+    def write(self, i, ids):
+        f = self.open.pop(i, None)
+        if f is None:
+            if len(self.open) >= self.most:
+                self.open.pop(next(iter(self.open))).close()
+            f = open(self.name(i), "ab" if i in self.made else "wb")
+            self.made.add(i)
+        self.open[i] = f
+        ids.tofile(f)
+
+    def join(self, out):
+        """Append every piece's ids to the open file ``out``, in piece order, removing the piece files."""
+        self.close()
+        for i in sorted(self.made):
+            with open(self.name(i), "rb") as f:
+                shutil.copyfileobj(f, out, 8 << 20)
+            os.remove(self.name(i))
+        self.made.clear()
+
+    def close(self):
+        for f in self.open.values():
+            f.close()
+        self.open.clear()
+
+    def remove(self):
+        """Close and remove what is left of the piece files (after a failure)."""
+        try:
+            self.close()
+        except OSError:
+            pass
+        for i in self.made:
+            try:
+                os.remove(self.name(i))
+            except OSError:
+                pass
+        self.made.clear()
 
 
 def python_part(comm, vocab, block):

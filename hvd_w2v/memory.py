@@ -54,6 +54,7 @@ class TextPasses:
     asked_word: int  # P > 1: per distinct word of a block, asked of its hash owner (words, numbers, answers)
     word: int  # per word a rank owns once counted (vocab.Vocab: row_words, row_counts, the owner's arrays)
     thread: int  # per thread beyond the rank's first, in either pass: its scratch, stack and heap
+    reader: int  # per byte of the block, for each reader beyond the first (corpus.readers: .gz files at once)
     tables: bool  # words in compiled tables of SLOT_BYTES slots (table_bytes): the count's, the encoding's
 
 
@@ -75,8 +76,12 @@ class TextPasses:
 #   ranks) at 3.3M words kept; the heap is trimmed there (native.trim_heap), so no freed page is left in it.
 # - thread: the real corpus on 1 rank, 2 threads against 1: 12 MiB more while counting, 16 after it, 12 while
 #   encoding (the flat corpus's: 6, 0 and 22); the largest, 16 MiB, added to both passes.
+# - reader: corpus.read_ahead's readers beyond the first each hold two blocks (one handed over, one read) and
+#   briefly a third (a block's last token appended): 3 B per byte of the block. The real corpus as 4 .gz
+#   files on 1 rank, 2 threads (2 readers), against the same text as one .gz file (1 reader): 13.6 and 16.4
+#   MiB more while counting and encoding, 1.7 and 2.1 blocks.
 COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8, asked_word=84, word=89,
-                      thread=16 * MIB, tables=True)
+                      thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
 # - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
 #   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
@@ -86,7 +91,7 @@ COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8,
 # - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
 # - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
 PYTHON = TextPasses(count_read=2, encode_read=18, owned_word=100, lookup_word=54, asked_word=82, word=89 + 144,
-                    thread=0, tables=False)  # one thread, whatever the rank's
+                    thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
@@ -115,24 +120,33 @@ def block_bytes(ranks, corpus_bytes=None):
     return BLOCK_BYTES if corpus_bytes is None else min(BLOCK_BYTES, math.ceil(corpus_bytes / ranks))
 
 
-def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED):
-    """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
-    reading, on more than one rank the partial counts and their rounds (vocab.PARTIAL_BYTES), and the owned
-    counts. On one rank its ``threads`` tables are the owned ones (vocab.count), else one table."""
+def reading_bytes(read, ranks, threads, corpus_bytes, readers, passes):
+    """A pass's reading (``read`` bytes per byte of the block: passes.count_read or encode_read) on ``readers``
+    readers (corpus.readers) and its threads beyond the first."""
     block = block_bytes(ranks, corpus_bytes)
+    return (read + passes.reader * (readers - 1)) * block + passes.thread * (threads - 1)
+
+
+def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, readers=1):
+    """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
+    reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
+    (vocab.PARTIAL_BYTES), and the owned counts. On one rank its ``threads`` tables are the owned ones
+    (vocab.count), else one table."""
     own = passes.owned_word * owned
     if passes.tables:
         own += table_bytes(owned, threads if ranks == 1 else 1)
-    return passes.count_read * block + passes.thread * (threads - 1) + (PARTIAL_BYTES if ranks > 1 else 0) + own
+    return (reading_bytes(passes.count_read, ranks, threads, corpus_bytes, readers, passes)
+            + (PARTIAL_BYTES if ranks > 1 else 0) + own)
 
 
-def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED):
+def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED,
+                   readers=1):
     """The encoding's peak above the words and tables, on a rank that hash-owns ``words`` of the vocabulary:
-    its reading, its word -> id table (compiled: made at its size), and on more than one rank the block's
-    distinct words asked of their owners (at most ``distinct`` and the block's tokens: ``raw_tokens`` of
-    ``corpus_bytes``, else half its bytes), in ``threads`` tables, one a part."""
+    its reading (on ``readers`` readers), its word -> id table (compiled: made at its size), and on more than
+    one rank the block's distinct words asked of their owners (at most ``distinct`` and the block's tokens:
+    ``raw_tokens`` of ``corpus_bytes``, else half its bytes), in ``threads`` tables, one a part."""
     block = block_bytes(ranks, corpus_bytes)
-    out = passes.encode_read * block + passes.thread * (threads - 1) + passes.lookup_word * words
+    out = reading_bytes(passes.encode_read, ranks, threads, corpus_bytes, readers, passes) + passes.lookup_word * words
     if passes.tables:
         out += table_bytes(words, grown=False)
     if ranks > 1:
@@ -277,7 +291,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
-         owned=0, block_distinct=0, passes=COMPILED):
+         owned=0, block_distinct=0, passes=COMPILED, readers=1):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
@@ -287,13 +301,14 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     ``raw_tokens``, the tokens read (0: unknown; they bound a block's distinct words); ``owned``, the distinct
     tokens the most loaded rank hash-owns (0: ``distinct / ranks``, which hashes spread evenly);
     ``block_distinct``, the distinct tokens of a block (vocab.Vocab.block_distinct; 0: unknown, the block's
-    tokens at most). ``passes``: COMPILED or PYTHON, the text passes that run.
+    tokens at most). ``passes``: COMPILED or PYTHON, the text passes that run; ``readers``: the most
+    corpus.readers a rank reads on (corpus.most_readers).
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
     distinct = max(distinct, vocab_size)
     owned = owned or math.ceil(distinct / ranks)
-    counting = counting_bytes(owned, ranks, threads, corpus_bytes, passes)
+    counting = counting_bytes(owned, ranks, threads, corpus_bytes, passes, readers)
     return MemoryPlan(
         ranks=ranks,
         baseline=BASELINE_BYTES,
@@ -304,10 +319,10 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         step=step_bytes(cfg, vocab_size, ranks, threads),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
         counting=counting,
-        owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes),
+        owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes, readers),
         owned_tokens=owned,
         encoding=encoding_bytes(rows, ranks, threads, corpus_bytes, min(distinct, block_distinct or distinct),
-                                raw_tokens, passes),
+                                raw_tokens, passes, readers),
         compiled=passes.tables,
     )
 
@@ -331,12 +346,13 @@ MAX_RANKS = 1 << 20
 
 
 def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0,
-              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train"):
+              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train", readers=1):
     """The smallest rank count whose plan (its peak up to ``stage``, MemoryPlan.peak) fits ``limit`` bytes per
     rank, or None when none up to MAX_RANKS does (the baseline, the count runs and the step's fixed part do
     not shrink with more ranks)."""
     return fewest_ranks(lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads, distinct,
-                                       raw_tokens, block_distinct=block_distinct, passes=passes).peak(stage) <= limit)
+                                       raw_tokens, block_distinct=block_distinct, passes=passes,
+                                       readers=readers).peak(stage) <= limit)
 
 
 def fewest_ranks(fits):
@@ -364,7 +380,7 @@ class CountingLimit:
     growth of the owned table, and refuses on every rank with the first message).
 
     ``limit`` bytes per rank from ``source`` (pipeline.memory_limit's), this ``rank`` of ``ranks``
-    with ``threads`` threads, reading ``corpus_bytes`` (None: unknown) with ``passes``."""
+    with ``threads`` threads, reading ``corpus_bytes`` (None: unknown) with ``passes`` on ``readers`` readers."""
 
     limit: int
     source: str
@@ -373,11 +389,12 @@ class CountingLimit:
     threads: int = 1
     corpus_bytes: int = None
     passes: TextPasses = COMPILED
+    readers: int = 1
 
     def planned(self, owned, ranks=None):
         """The count's planned peak with ``owned`` distinct tokens hash-owned per rank, baseline included."""
         return BASELINE_BYTES + counting_bytes(owned, ranks or self.ranks, self.threads, self.corpus_bytes,
-                                               self.passes)
+                                               self.passes, self.readers)
 
     def __call__(self, owned):
         """None while this rank may hash-own ``owned`` distinct tokens; else the refusal (a UserError's text)."""
@@ -393,7 +410,7 @@ class CountingLimit:
                     f"text holds many new ones")
         else:
             hint = (f"no rank count fits: the baseline alone is {mib(BASELINE_BYTES)} per rank and reading text "
-                    f"{mib(counting_bytes(0, MAX_RANKS, self.threads, self.corpus_bytes, self.passes))}")
+                    f"{mib(counting_bytes(0, MAX_RANKS, self.threads, self.corpus_bytes, self.passes, self.readers))}")
         return (f"memory plan does not fit: counting the vocabulary, rank {self.rank} would hash-own {owned:,} "
                 f"distinct tokens: {mib(planned)} per rank planned on {counted(self.ranks, 'rank')} (baseline "
                 f"{mib(BASELINE_BYTES)} + counting {mib(planned - BASELINE_BYTES)}), limit {mib(self.limit)} per "

@@ -219,6 +219,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     from . import export as export_mod
     from . import memory, native, runfolder, vocab
     from .comm import log
+    from .corpus import most_readers
     from .shard import RowPlan
 
     say = lambda m: log(comm, m)  # noqa: E731
@@ -231,7 +232,8 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     counting = None
     if cap:
         passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
-        counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes)
+        counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes,
+                                        most_readers(paths, comm.size, comm.threads))
     voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting)
     the_plan = memory_plan(comm, cfg, voc, paths, cap, stage)
     name = os.path.join(into or out, "vocab.txt")
@@ -427,12 +429,14 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
     the model is allocated and before the output folder is written."""
     from . import memory, native
     from .comm import log
+    from .corpus import most_readers
 
     # The kept tokens approximate the id stream's length (sentence ends add one position per line). What the
     # count found (its distinct tokens, the most a rank hash-owned, the tokens read) sizes the text passes.
     text = dict(positions=voc.total, corpus_bytes=corpus_bytes(paths), threads=comm.threads, distinct=voc.distinct,
                 raw_tokens=voc.raw_words, block_distinct=voc.block_distinct,
-                passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON)
+                passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON,
+                readers=most_readers(paths, comm.size, comm.threads))
     the_plan = memory.plan(voc.size, cfg, comm.size, owned=voc.most_owned, **text)
     for line in the_plan.describe(stage).splitlines():
         log(comm, f"plan: {line}")

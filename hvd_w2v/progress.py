@@ -77,7 +77,8 @@ class Reading:
     for the pass; it is measured alone, without a collective. A pass shorter than ``every`` prints nothing.
     Bytes are those of the files: a .gz file's compressed bytes.
 
-    corpus.read_blocks calls :meth:`at` after each block with the piece it reads and its position in the file.
+    corpus.read_blocks and corpus.read_ahead call :meth:`at` after each block with the piece it comes from and
+    the position in its file the reading has reached; pieces may be read several at once (corpus.readers).
     """
 
     def __init__(self, what, pieces, log, every=LOG_EVERY, clock=None, threads=1):
@@ -85,18 +86,18 @@ class Reading:
         self.clock = clock or time.monotonic
         self.start = self.last = self.clock()
         self.total = sum(p.end - p.start for p in pieces)
-        self.before = {}  # piece: the bytes of the pieces before it
-        done = 0
-        for p in pieces:
-            self.before[p] = done
-            done += p.end - p.start
+        self.read = {}  # piece: its bytes read so far
+        self.done = 0  # the sum of those
 
     def at(self, piece, position):
+        read = min(max(position - piece.start, 0), piece.end - piece.start)
+        self.done += read - self.read.get(piece, 0)
+        self.read[piece] = read
         now = self.clock()
         if now - self.last < self.every or not self.total:
             return
         self.last = now
-        done = min(self.before.get(piece, 0) + max(position - piece.start, 0), self.total)
+        done = min(self.done, self.total)
         rate = done / max(now - self.start, 1e-9)
         eta = (self.total - done) / rate if rate else 0
         self.log(f"{self.what}: {100 * done / self.total:.0f}% of rank 0's {_size(self.total)} read, "

@@ -21,8 +21,8 @@ Memory per rank (8-byte words):
   and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's.
   The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
-  bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. The
-  reader holds two blocks (one read ahead). The memory plan gives the owner's counts in either form
+  bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. Each
+  reader (corpus.readers: one, or one a .gz file) holds two blocks (one read ahead). The memory plan gives the owner's counts in either form
   (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text passes before training").
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
@@ -295,7 +295,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     owned = local if comm.size == 1 else native.Counts(lib, 1)
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
     chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
-    parts = iter(()) if error else _parts(pieces, chunk, reading)
+    parts = iter(()) if error else _parts(pieces, chunk, reading, threads)
     raw, done = 0, error is not None
     added, after = 0, 1  # one rank: the words the last part added, and its bytes
     while True:
@@ -380,12 +380,13 @@ def _chunks(pieces, chunk_bytes=None, reading=None):
             start = end
 
 
-def _parts(pieces, chunk_bytes, reading):
+def _parts(pieces, chunk_bytes, reading, threads):
     """``(block, start, end)`` of the text of ``pieces``: corpus blocks, read and checked ahead
-    (corpus.read_ahead), cut at whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
-    # The reader's thread checks each block (1 thread: a small share of the work) while the rank's threads
+    (corpus.read_ahead, on corpus.readers(pieces, threads) threads: several files' blocks interleaved, which
+    counts do not mind), cut at whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
+    # The readers check each block (1 thread a block: a small share of the work) while the rank's threads
     # count the one before, rather than two teams of threads at once on the rank's cores.
-    for block, _ in corpus.read_ahead(corpus.read_blocks(pieces, reading=reading)):
+    for _, (block, _) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):  # any file order
         start = 0
         while start < len(block):
             cut = (_WHITESPACE.search(block, start + chunk_bytes)

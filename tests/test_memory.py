@@ -1,10 +1,12 @@
 """The memory plan: its arithmetic (plain pytest) and, on 2 real ranks, the refusal and the measured peak."""
+import os
 import re
 
 import pytest
 
 from conftest import launch
 from hvd_w2v import memory, vocab
+from hvd_w2v.corpus import most_readers
 from hvd_w2v.config import Config
 from hvd_w2v.errors import UserError
 from hvd_w2v.synthetic import generate
@@ -128,7 +130,7 @@ def test_measured_peak_is_within_15_percent_of_the_plan(tmp_path, corpus):
         assert abs(measured - planned) <= 0.15 * planned, m.group(0)
 
 
-def test_counting_part_grows_with_the_distinct_tokens_as_fitted():
+def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     """The count's part: the reading, then the compiled table's slots (a power of two, two thirds full at most,
     1.5 times their bytes at their last growth) and the fitted bytes of each distinct token hash-owned."""
     passes, block = memory.COMPILED, 10 << 20
@@ -155,6 +157,19 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted():
         two.counting
     counted = [memory.plan(1_000_000, cfg, 1, distinct=d).counting for d in range(1_000_000, 9_000_000, 500_000)]
     assert all(a < b for a, b in zip(counted, counted[1:]))
+    # Readers of .gz files at once (corpus.readers): a rank's gz files, as many as its threads, two blocks and
+    # a brief third each beyond the first reader's; Python's passes read on one.
+    for plan_of in (lambda r: memory.plan(10**6, cfg, 2, threads=4, readers=r).counting,
+                    lambda r: memory.plan(10**6, cfg, 2, threads=4, readers=r).encoding):
+        assert plan_of(3) - plan_of(1) == 2 * passes.reader * memory.BLOCK_BYTES
+    assert memory.counting_bytes(10**6, 1, readers=3, passes=memory.PYTHON) == \
+        memory.counting_bytes(10**6, 1, passes=memory.PYTHON)
+    files = [os.path.join(tmp_path, n) for n in ("a.gz", "b.gz", "c.gz", "d.txt")]
+    for f in files:
+        with open(f, "wb") as out:
+            out.write(b"x" * 100)
+    assert [most_readers(files, ranks, threads) for ranks, threads in [(1, 1), (1, 2), (1, 8), (2, 8),
+                                                                             (4, 8)]] == [1, 2, 3, 2, 1]
 
 
 def test_the_plans_table_grows_where_the_kernels_does():

@@ -41,12 +41,15 @@ def awkward_text(n, seed):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A folder of a plain file (no final newline), a gzip file and a plain file ending in blank lines."""
+    """A folder of a plain file (no final newline), a gzip file, a plain file ending in blank lines and another
+    gzip file: on 2 and 3 threads the two gzip files are read at once (corpus.readers)."""
     folder = tmp_path_factory.mktemp("awkward")
     (folder / "a.txt").write_bytes(awkward_text(6000, 1))
     with gzip.open(folder / "b.txt.gz", "wb") as f:
         f.write(awkward_text(3000, 2))
     (folder / "c.txt").write_bytes(awkward_text(2000, 3) + b"\n\n\n")
+    with gzip.open(folder / "d.txt.gz", "wb") as f:
+        f.write(awkward_text(2500, 5))
     return str(folder)
 
 
@@ -146,6 +149,46 @@ def test_truncated_gzip_same_message(lib, tmp_path, monkeypatch):
             passes([str(path)], 2, compiled, monkeypatch, tmp_path / "out")
         messages.append(str(e.value))
     assert messages[0] == messages[1] and messages[0].startswith(f"cannot read {path}"), messages
+
+
+def per_piece(blocks, pieces):
+    """read_ahead's ``(i, block)`` items until its UserError (or the end): each piece's blocks, and the error's
+    text (None)."""
+    got, error = [[] for _ in pieces], None
+    try:
+        for i, block in blocks:
+            got[i].append(block)
+    except UserError as e:
+        error = str(e)
+    return got, error
+
+
+def test_read_ahead_reads_files_at_once_in_order_within_each_and_raises_the_first_error(files, tmp_path,
+                                                                                       monkeypatch):
+    """corpus.read_ahead gives read_blocks's blocks, each piece's in order, on 1 to 3 readers (a reader a file;
+    on one, the pieces in order too), and raises the error reading in order would, after every block of the
+    pieces before the bad one and its own blocks before the bad byte, though later files were read at once."""
+    monkeypatch.setattr(corpus, "BLOCK_BYTES", 4096)
+    paths, _ = corpus.files_of([files])
+    pieces = corpus.split(paths, 1)[0]
+    assert [corpus.readers(pieces, t) for t in (1, 2, 3)] == [1, 2, 2]  # two .gz files
+    want = [list(corpus.read_blocks([p])) for p in pieces]
+    assert sum(map(len, want)) > 12
+    assert list(corpus.read_ahead(pieces, 1)) == [(i, b) for i, blocks in enumerate(want) for b in blocks]
+    for readers in (2, 3):
+        assert per_piece(corpus.read_ahead(pieces, readers), pieces) == (want, None), readers
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gzip.compress(awkward_text(30000, 5))[:-100])
+    bad_text = tmp_path / "latin.txt"  # a later bad file: never the error raised
+    bad_text.write_bytes(b"caf\xe9\n")
+    bad = corpus.split(paths + [str(cut)] + paths + [str(bad_text)], 1)[0]
+    before, error = per_piece(((i, b) for i, p in enumerate(bad) for b in corpus.read_blocks([p])), bad)
+    assert f"cannot read {cut}" in error and before[:len(pieces)] == want
+    for readers in (1, 2, 3):
+        got, got_error = per_piece(corpus.read_ahead(bad, readers), bad)
+        k = len(pieces)
+        assert got_error == error and got[:k + 1] == before[:k + 1], readers
+        assert all(g == w[:len(g)] for g, w in zip(got[k + 1:], want)), readers  # read ahead, then dropped
 
 
 # Three ranks, each running both paths in turn with rounds of a few words (every word travels to its owner in

@@ -120,7 +120,7 @@ def passes(argv):
     """Each phase of the text passes (`hvd-w2v encode`'s): the count's peak, vocab.build's, the words' resident
     set after it and the encoding's peak above that, beside the plan's counting, words and encoding (memory.py).
     Each peak is the high-water mark above the resident set before the phase (reset through clear_refs)."""
-    from hvd_w2v import cli, memory, native, pipeline, vocab
+    from hvd_w2v import cli, corpus, memory, native, pipeline, vocab
 
     args = cli.parser().parse_args(["encode", *argv])
     cfg = cli.config_from(args)
@@ -147,7 +147,8 @@ def passes(argv):
     passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
     planned = memory.plan(voc.size, cfg, comm.size, voc.total, pipeline.corpus_bytes(paths), threads=comm.threads,
                           distinct=voc.distinct, raw_tokens=voc.raw_words, owned=counted["owned"],
-                          block_distinct=voc.block_distinct, passes=passes)  # with this rank's owned tokens
+                          block_distinct=voc.block_distinct, passes=passes,
+                          readers=corpus.most_readers(paths, comm.size, comm.threads))  # this rank's owned tokens
     mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
     print(f"rank {comm.rank} of {comm.size}, {comm.threads} thread(s), {'compiled' if passes.tables else 'Python'}: "
           f"{counted['owned']:,} distinct tokens hash-owned, {rows:,} words; measured (planned) MiB: counting "

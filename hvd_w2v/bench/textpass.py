@@ -5,6 +5,8 @@ against the compiled passes (text_kernel.cc) on 1 and 2 threads, and word2vec.c'
                                                            # 40M tokens (330 MB), and data/real/corpus.txt if built
     python -m hvd_w2v.bench.textpass --scale 0.25 --runs 3 # a quicker look: 1M words, 10M tokens
     python -m hvd_w2v.bench.textpass --python-runs 0       # the compiled passes alone (Python's take minutes)
+    python -m hvd_w2v.bench.textpass --gzip 4              # instead: each corpus as 4 .gz files, read by 1
+                                                           # reader or by a reader a file (corpus.readers)
 
 Run from the checkout. Each pass runs in a process of its own (``one``, below: vocab.build then encode.encode
 on one rank, as `hvd-w2v encode` does, timed apart), the modes taking turns, ``--runs`` times each (Python's,
@@ -15,6 +17,11 @@ passes, beside what the memory plan gives them (memory.MemoryPlan.passes: the co
 with the encoding, from the distinct tokens, words and tokens that run counted) and their ratio. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
 temporary folder and run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone,
 which is what it does before training (it has no encoding pass). Without it, its column says so and is left out.
+
+With ``--gzip N`` each corpus is cut at line ends into N files of about equal bytes, compressed (gzip level 6)
+once under ``--data``, and the compiled passes on 2 threads run over the plain text,
+over the N .gz files on one reader (as before corpus.readers: one thread inflates every file) and on a reader
+a file (up to the threads), and on 1 thread over the .gz files.
 
 The synthetic corpus is made once under ``--data`` by hvd_w2v.synthetic (exponent 0.5: a flat vocabulary, most
 words rare, the hardest case for the partial counts) and reused.
@@ -46,8 +53,12 @@ def make_corpus(path, vocab, tokens, seed=3):
 
 
 def one(corpus, mode, threads, min_count):
-    """One timed run in this process: prints ``count S encode S cpu S peak MiB planned MiB words N``."""
-    from hvd_w2v import encode, memory, native, vocab
+    """One timed run in this process: prints ``count S encode S cpu S peak MiB planned MiB words N``. ``corpus``:
+    a file or a folder of files; ``mode``: python, compiled, or compiled-1-reader (its .gz files inflated on
+    one reader thread, as before corpus.readers); or read and read-1-reader: the text read ahead alone
+    (``count`` its seconds)."""
+    from hvd_w2v import corpus as text
+    from hvd_w2v import encode, memory, native, pipeline, vocab
     from hvd_w2v.config import Config
     from hvd_w2v.plan import Alone
 
@@ -55,6 +66,16 @@ def one(corpus, mode, threads, min_count):
         native.text_kernel = lambda: None
     elif native.text_kernel() is None:
         sys.exit(f"the compiled text passes are not available: {native.unavailable('text_kernel')}")
+    if mode == "compiled-1-reader":
+        text.readers = lambda pieces, threads: 1
+    paths, _ = text.files_of([corpus])
+    readers = text.most_readers(paths, 1, threads)
+    if mode.startswith("read"):  # the text read ahead (inflated, checked) and dropped: what the readers give
+        cpu, t0 = _cpu(), time.perf_counter()
+        for _ in text.read_ahead(text.split(paths, 1)[0], 1 if mode == "read-1-reader" else readers):
+            pass
+        print(f"count {time.perf_counter() - t0:.3f} encode 0 cpu {_cpu() - cpu:.3f}", flush=True)
+        return
     alone = Alone()
     alone.threads = threads
     before = _status("VmRSS")
@@ -62,15 +83,15 @@ def one(corpus, mode, threads, min_count):
     folder = tempfile.mkdtemp(prefix="textpass-")
     try:
         t0 = time.perf_counter()
-        voc = vocab.build(alone, [corpus], Config(min_count=min_count), reading=False)
+        voc = vocab.build(alone, paths, Config(min_count=min_count), reading=False)
         t1 = time.perf_counter()
-        encode.encode(alone, [corpus], voc, folder, reading=False)
+        encode.encode(alone, paths, voc, folder, reading=False)
         t2 = time.perf_counter()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    planned = memory.plan(voc.size, Config(min_count=min_count), 1, voc.total, os.path.getsize(corpus),
-                          threads=threads, distinct=voc.distinct, raw_tokens=voc.raw_words, owned=voc.most_owned,
-                          block_distinct=voc.block_distinct,
+    planned = memory.plan(voc.size, Config(min_count=min_count), 1, voc.total, pipeline.corpus_bytes(paths),
+                          threads=threads, readers=readers, distinct=voc.distinct, raw_tokens=voc.raw_words,
+                          owned=voc.most_owned, block_distinct=voc.block_distinct,
                           passes=memory.PYTHON if mode == "python" else memory.COMPILED).passes
     print(f"count {t1 - t0:.3f} encode {t2 - t1:.3f} cpu {_cpu() - cpu:.3f} "
           f"peak {(_status('VmHWM') - before) / 2**20:.1f} planned {planned / 2**20:.1f} words {voc.size}", flush=True)
@@ -158,6 +179,61 @@ def table(corpus, runs, python_runs, min_count, w2v):
               f"its speed by the clock, {ref['cpu'] / one_t['cpu']:.2f}x by CPU time")
 
 
+def gzip_files(corpus, n, data):
+    """``corpus`` cut at line ends into ``n`` .gz files of about equal bytes, made once under ``data``: the
+    folder."""
+    import gzip
+
+    folder = os.path.join(data, f"{os.path.basename(corpus)}.gz-{n}")
+    if os.path.exists(folder):
+        return folder
+    size, cut, part = os.path.getsize(corpus), 0, 0
+    os.makedirs(folder + ".tmp", exist_ok=True)
+    with open(corpus, "rb") as f:
+        while part < n:
+            with gzip.open(os.path.join(folder + ".tmp", f"part-{part:03d}.txt.gz"), "wb", compresslevel=6) as out:
+                target = size * (part + 1) // n
+                while cut < target or part == n - 1:
+                    line = f.readline()
+                    if not line:
+                        break
+                    out.write(line)
+                    cut += len(line)
+            part += 1
+    os.replace(folder + ".tmp", folder)
+    return folder
+
+
+def gzip_table(corpus, n, runs, min_count, data):
+    """The compiled passes over ``corpus`` as plain text and as ``n`` .gz files, on 1 reader and a reader a file."""
+    folder = gzip_files(corpus, n, data)
+    packed = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    modes = [("plain text, 2 threads", corpus, "compiled", 2),
+             (f"{n} .gz files, 2 threads, 1 reader", folder, "compiled-1-reader", 2),
+             (f"{n} .gz files, 2 threads, a reader a file", folder, "compiled", 2),
+             (f"{n} .gz files, 1 thread (1 reader)", folder, "compiled", 1),
+             (f"{n} .gz files read alone (inflated, checked), 1 reader", folder, "read-1-reader", 2),
+             (f"{n} .gz files read alone, a reader a file", folder, "read", 2)]
+    results = {name: [] for name, *_ in modes}
+    for _ in range(runs):  # the modes take turns, so that the machine's load falls on all
+        for name, path, mode, threads in modes:
+            results[name].append(run_one(path, mode, threads, min_count))
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
+    size = os.path.getsize(corpus)
+    print(f"\n{corpus}: {size / MB:,.0f} MB of text, as {n} .gz files {packed / MB:,.0f} MB; medians of {runs} runs")
+    print("| passes | count s | encode s | both s | text MB/s | CPU s | peak MiB | planned MiB | peak/plan |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, m in med.items():
+        both = m["count"] + m["encode"]
+        memory = f"{m['peak']:,.0f} | {m['planned']:,.0f} | {m['peak'] / m['planned']:.0%}" if "peak" in m else "- | - | -"
+        passes = f"{m['count']:.2f} | {m['encode']:.2f}" if "peak" in m else "- | -"
+        print(f"| {name} | {passes} | {both:.2f} | {size / MB / both:.1f} | {m['cpu']:.2f} | {memory} |")
+    both = [m["count"] + m["encode"] for m in med.values()]
+    print(f"a reader a file against 1 reader: {both[1] / both[2]:.2f}x with the passes on 2 threads, "
+          f"{both[4] / both[5]:.2f}x reading alone; the .gz files against the plain text: {both[0] / both[1]:.2f}x "
+          f"(1 reader), {both[0] / both[2]:.2f}x (a reader a file)")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["one"]:
@@ -173,10 +249,17 @@ def main(argv=None):
     p.add_argument("--data", default=os.path.join(ROOT, "data", "bench"), help="where the synthetic corpus is kept")
     p.add_argument("--real", default=os.path.join(ROOT, "data", "real", "corpus.txt"),
                    help="the real corpus (python -m hvd_w2v.realcorpus); skipped when absent")
+    p.add_argument("--gzip", type=int, default=0, metavar="N",
+                   help="instead: the compiled passes over each corpus as N .gz files (made once under --data)")
     a = p.parse_args(argv)
     vocab, tokens = int(4_000_000 * a.scale), int(40_000_000 * a.scale)
     corpus = os.path.join(a.data, f"flat-{vocab}-{tokens}-s3.txt")
     make_corpus(corpus, vocab, tokens)
+    if a.gzip:
+        for path in (corpus, a.real):
+            if os.path.exists(path):
+                gzip_table(path, a.gzip, a.runs, a.min_count, a.data)
+        return
     with tempfile.TemporaryDirectory(prefix="textpass-build-") as build:
         w2v = build_word2vec(build)
         print(f"word2vec.c: built from {PEERS} into a temporary folder" if w2v else
