@@ -76,10 +76,11 @@ class TextPasses:
 #   ranks) at 3.3M words kept; the heap is trimmed there (native.trim_heap), so no freed page is left in it.
 # - thread: the real corpus on 1 rank, 2 threads against 1: 12 MiB more while counting, 16 after it, 12 while
 #   encoding (the flat corpus's: 6, 0 and 22); the largest, 16 MiB, added to both passes.
-# - reader: corpus.read_ahead's readers beyond the first each hold two blocks (one handed over, one read) and
+# - reader: corpus.read_ahead's readers beyond the first each hold two blocks (one in the queue, one read) and
 #   briefly a third (a block's last token appended): 3 B per byte of the block. The real corpus as 4 .gz
-#   files on 1 rank, 2 threads (2 readers), against the same text as one .gz file (1 reader): 13.6 and 16.4
-#   MiB more while counting and encoding, 1.7 and 2.1 blocks.
+#   files on 1 rank, 2 threads (2 readers), against the same text as one .gz file (1 reader), two runs of
+#   `bench.memory_probes passes` each: 23.2 and 24.1 MiB more while counting (3 blocks), 2.8 and 7.9 while
+#   encoding.
 COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8, asked_word=84, word=89,
                       thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
