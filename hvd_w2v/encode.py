@@ -124,9 +124,9 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
 class PieceIds:
     """A rank's ids kept piece by piece where its pieces are read several at once (corpus.read_ahead on
     ``readers`` readers, their blocks interleaved): each piece's ids go to a file of their own beside the
-    shard, ``{shard}.{i:06d}``, and :meth:`join` lays them end to end in piece order, the stream's order. A
-    piece's file is closed when more than ``readers`` are open: the readers take the pieces in order, so the
-    files closed are of pieces read to their end (one is opened again to append, should it not be)."""
+    shard, ``{shard}.{i:06d}``, and :meth:`join` lays them end to end in piece order, the stream's order. At
+    most ``readers`` are open, as many as pieces are read at once: the least recently written is closed for a
+    new one (and opened again to append, should its piece not be at its end)."""
 
     def __init__(self, shard, readers):
         self.shard, self.most = shard, readers
