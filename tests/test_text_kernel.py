@@ -41,8 +41,9 @@ def awkward_text(n, seed):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A folder of a plain file (no final newline), a gzip file, a plain file ending in blank lines and another
-    gzip file: on 2 and 3 threads the two gzip files are read at once (corpus.readers)."""
+    """A folder of a plain file (no final newline), a gzip file, a plain file ending in blank lines and two more
+    gzip files: on 2 and 3 threads a rank's gzip files are read at once (corpus.readers), on one rank and on
+    the last of three."""
     folder = tmp_path_factory.mktemp("awkward")
     (folder / "a.txt").write_bytes(awkward_text(6000, 1))
     with gzip.open(folder / "b.txt.gz", "wb") as f:
@@ -50,6 +51,8 @@ def files(tmp_path_factory):
     (folder / "c.txt").write_bytes(awkward_text(2000, 3) + b"\n\n\n")
     with gzip.open(folder / "d.txt.gz", "wb") as f:
         f.write(awkward_text(2500, 5))
+    with gzip.open(folder / "e.txt.gz", "wb") as f:
+        f.write(awkward_text(1500, 6))
     return str(folder)
 
 
@@ -171,7 +174,7 @@ def test_read_ahead_reads_files_at_once_in_order_within_each_and_raises_the_firs
     monkeypatch.setattr(corpus, "BLOCK_BYTES", 4096)
     paths, _ = corpus.files_of([files])
     pieces = corpus.split(paths, 1)[0]
-    assert [corpus.readers(pieces, t) for t in (1, 2, 3)] == [1, 2, 2]  # two .gz files
+    assert [corpus.readers(pieces, t) for t in (1, 2, 3)] == [1, 2, 3]  # three .gz files
     want = [list(corpus.read_blocks([p])) for p in pieces]
     assert sum(map(len, want)) > 12
     assert list(corpus.read_ahead(pieces, 1)) == [(i, b) for i, blocks in enumerate(want) for b in blocks]
@@ -219,6 +222,8 @@ sys.exit(0 if same else 1)
 
 
 def test_compiled_passes_equal_python_on_three_ranks(lib, files, tmp_path):
+    paths, _ = corpus.files_of([files])
+    assert corpus.readers(corpus.split(paths, 3)[2], 2) == 2  # the last rank reads two .gz files at once
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)
     result = launch(3, ["python", script, files, tmp_path], timeout=120, threads=2)
