@@ -16,12 +16,16 @@ Time per super-step = compute + gather + scatter + allreduce, with the exact pla
 (plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
 allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
 the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
-the T threads of a node in parallel. Words per second count raw words: P x T x S positions x raw words per
+the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here on one thread for
+its T x S positions (:func:`measure_other`: an upper bound, as training runs its compiled parts on the
+node's threads): the rows' gather and add ("rows ms"), and the examples and table of the next super-step
+("prepare ms"), which training builds while the exchange waits, so they count only past the gather and
+scatter. Words per second count raw words: P x T x S positions x raw words per
 position over the super-step's time; the parallel efficiency is that over P times one node's words per
 second at the same S (one node exchanges nothing). S "auto" is train's default for the row's V
 (config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
-the default --batch-words.
+the default --batch-words, with the work around its maths timed as the super-step's, on one thread.
 """
 import argparse
 import math
@@ -34,6 +38,7 @@ import numpy as np
 from . import batches, native, plan
 from .config import Config, superstep_for
 from .errors import UserError
+from .localsgd import superstep_plan
 from .shard import RowPlan
 from .training import StepPlan
 
@@ -82,16 +87,73 @@ def measure_thread(corpus, cfg, repeats=9):
                                  f"{seconds * 1e3:,.2f} ms (least of {repeats} calls)")
 
 
-def project(corpus, cfg, nodes, threads, hot, network, per_position, samples):
-    """One row of ``nodes`` nodes: bytes per word, compute, gather, scatter and allreduce seconds, the hot block's
-    bytes a node sends into the allreduce each super-step, words/s."""
+def _around(corpus, cfg, ranges, touches, repeats=5):
+    """``(prepare, rows)``: seconds on one thread here of the work around the SGD for the examples of
+    ``ranges`` (positions ``[lo, hi)``, a shard each). ``prepare``: their examples (batches.build_ranges) and
+    table of unique rows (training.StepPlan.of; with ``touches``, localsgd.superstep_plan's, with the shards
+    touching each row); ``rows``: the gather of the table's rows out of a model and the add of as many delta
+    rows into it (native.take_rows, native.add_rows: a node serves and adds about as many rows as it asks
+    for). The least of ``repeats`` rounds each, the first left out (it allocates)."""
+    voc = corpus.vocab
+    model = np.random.default_rng(0).uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)).astype(np.float32) / cfg.dim
+    prepare, rows_work = [], []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, 1)
+        if touches:
+            bounds = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
+            step = superstep_plan(batch, bounds, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+        else:
+            step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+        t1 = time.perf_counter()
+        rows = np.empty((len(step.keys), cfg.dim), np.float32)
+        native.take_rows(model, step.keys, rows, 1)
+        rows *= np.float32(1e-6)  # deltas of the rows' size, so that the model keeps its scale
+        native.add_rows(model, step.keys, rows, None, 1)
+        prepare.append(t1 - t0)
+        rows_work.append(time.perf_counter() - t1)
+    return float(np.min(prepare[1:])), float(np.min(rows_work[1:]))
+
+
+def measure_other(corpus, cfg, threads):
+    """A node's super-step outside the shard SGD, for its ``threads`` shards of S positions (:func:`_around`):
+    ``(prepare, rows, how)``. Training runs the compiled parts on the node's threads, so one thread's time is
+    an upper bound of theirs."""
+    n, s = len(corpus.stream), cfg.superstep
+    stride = max(s, n // threads)
+    ranges = [((t * stride) % max(n - s, 1), (t * stride) % max(n - s, 1) + min(s, n)) for t in range(threads)]
+    prepare, rows = _around(corpus, cfg, ranges, True)
+    return prepare, rows, (f"the node's examples and table for {threads} x {s:,} positions {prepare * 1e3:,.2f} "
+                           f"ms, its rows' gather and add {rows * 1e3:,.2f} ms, on one thread here (least of 5)")
+
+
+def measure_exact_other(corpus, cfg):
+    """The exact step's work around its maths, as :func:`measure_other` counts it, on a rank's share of a step:
+    a line (plan.Compute) through its seconds at 32 positions and at ``cfg.batch_words``."""
+    lo = len(corpus.stream) // 2
+    seconds = {p: sum(_around(corpus, cfg, [(lo, min(len(corpus.stream), lo + p))], False))
+               for p in (32, cfg.batch_words)}
+    per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
+    per_step = max(0.0, seconds[32] - 32 * per_position)
+    return plan.Compute(per_step, per_position, f"its examples, table, gather and add of 32 and {cfg.batch_words:,} "
+                                                f"positions {seconds[32] * 1e3:,.2f} and "
+                                                f"{seconds[cfg.batch_words] * 1e3:,.2f} ms on one thread here")
+
+
+def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, other=(0.0, 0.0)):
+    """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
+    each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds, the hot
+    block's bytes a node sends into the allreduce each super-step, words/s. The next super-step's examples and
+    table (``other[0]``: :func:`measure_other`) are built while the exchange waits (training.Ahead.fill), so
+    they add only what the exchange does not cover."""
     words_per_position = corpus.vocab.raw_words / len(corpus.stream)
-    compute = cfg.superstep * per_position
+    prepare, rows_work = other
+    compute = cfg.superstep * per_position + rows_work
     n_hot = min(hot, corpus.vocab.size)
     block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
     if nodes == 1:
         return dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block,
-                    words=threads * cfg.superstep * words_per_position / compute)
+                    words=threads * cfg.superstep * words_per_position / (compute + prepare))
     traffic = []
     for at in samples:
         for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
@@ -104,27 +166,29 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples):
     scatter = float(np.mean([network.scatter(t) for t in traffic]))
     reduce = network.allreduce(block, nodes)
     sent = float(np.mean([t.sent[0] for t in traffic]))
-    step = compute + gather + scatter + reduce
+    step = compute + max(gather + scatter, prepare) + reduce
     positions = nodes * threads * cfg.superstep
     return dict(bytes_per_word=(sent * nodes) / (positions * words_per_position), compute=compute, gather=gather,
                 scatter=scatter, reduce=reduce, block=block, words=positions * words_per_position / step)
 
 
-def exact_row(corpus, cfg, nodes, threads, network, compute, steps):
-    """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads: words/s."""
+def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
+    """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads, its maths ``compute``
+    T times faster and the work ``around`` it (:func:`measure_exact_other`) on one thread: words/s."""
     if nodes > corpus.vocab.size:
         return float("nan")
     epoch_steps = math.ceil(len(corpus.stream) / cfg.batch_words)
     planned = plan.sampled_steps(epoch_steps, steps, 1)
-    faster = plan.Compute(compute.per_step, compute.per_position / threads, compute.how)
+    faster = plan.Compute(compute.per_step + around.per_step, compute.per_position / threads + around.per_position,
+                          compute.how)
     got = [(plan.Traffic.of(step, cfg.dim), int(step.positions.max()))
            for _, by_hot in plan.plan_steps(corpus, cfg, nodes, [0], planned) for step in by_hot.values()]
     return plan.summarise(cfg.batch_words, nodes, 0, got, cfg, corpus, network, faster, epoch_steps,
                           False).words_per_second
 
 
-COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "hot KiB", "B/word", "compute ms", "gather ms", "scatter ms", "allreduce ms",
-           "words/s", "efficiency", "exact words/s"]
+COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "hot KiB", "B/word", "SGD ms", "prepare ms", "rows ms", "gather ms",
+           "scatter ms", "allreduce ms", "words/s", "efficiency", "exact words/s"]
 
 
 def main(argv=None):
@@ -158,6 +222,7 @@ def main(argv=None):
     try:
         exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2,
                                              statistic=np.min) if args.exact_steps else None
+        exact_around = measure_exact_other(corpus, cfg) if args.exact_steps else None
         rows, measured, exacts = [], {}, {}  # compute per S; the exact step's words/s per (Gb/s, P), S-free
         for spec in supersteps:
             for gbps in bandwidths:
@@ -166,19 +231,22 @@ def main(argv=None):
                     s = superstep_for(n * args.threads) if spec == "auto" else spec
                     c = replace(cfg, superstep=s, shards=1)
                     if s not in measured:
-                        measured[s] = measure_thread(corpus, c)
-                        say(f"localplan: S {s:,}: {measured[s][1]}")
-                    per_position = measured[s][0]
-                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [])["words"]
+                        measured[s] = measure_thread(corpus, c), measure_other(corpus, c, args.threads)
+                        say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][2]}")
+                    per_position, other = measured[s][0][0], measured[s][1][:2]
+                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [], other)["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
-                                                    args.exact_steps) if exact_compute else float("nan")
+                                                    args.exact_steps, exact_around) if exact_compute else float("nan")
                     exact = exacts[gbps, n]
                     for h in hot:
                         t0 = time.monotonic()
-                        r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples))
+                        r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples),
+                                    other)
                         rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
-                                     f"{h:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}", f"{r['compute'] * 1e3:,.2f}",
+                                     f"{h:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}",
+                                     f"{(r['compute'] - other[1]) * 1e3:,.2f}", f"{other[0] * 1e3:,.2f}",
+                                     f"{other[1] * 1e3:,.2f}",
                                      f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",
                                      f"{r['reduce'] * 1e3:,.2f}", f"{r['words']:,.0f}",
                                      f"{r['words'] / (n * one):.0%}", f"{exact:,.0f}"])
@@ -189,7 +257,7 @@ def main(argv=None):
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
               f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}); exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
-              + (f", {exact_compute.how}" if exact_compute else ", left out"))
+              + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
         print("  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths)))
         for r in rows:
