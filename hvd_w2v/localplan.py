@@ -25,7 +25,8 @@ position over the super-step's time; the parallel efficiency is that over P time
 second at the same S (one node exchanges nothing). S "auto" is train's default for the row's V
 (config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
-the default --batch-words, with the work around its maths timed as the super-step's, on one thread.
+the default --batch-words, with its rows' gather and add timed as the super-step's, on one thread (its
+examples and table left out: the row errs on the exact step's side).
 """
 import argparse
 import math
@@ -128,14 +129,16 @@ def measure_other(corpus, cfg, threads):
 
 
 def measure_exact_other(corpus, cfg):
-    """The exact step's work around its maths, as :func:`measure_other` counts it, on a rank's share of a step:
-    a line (plan.Compute) through its seconds at 32 positions and at ``cfg.batch_words``."""
+    """The exact step's rows' gather and add, as :func:`measure_other` counts them, on a rank's share of a step:
+    a line (plan.Compute) through their seconds at 32 positions and at ``cfg.batch_words``. Its examples and
+    table are left out: built while the exchange waits, as the super-step's, they would count only past it,
+    which plan.summarise's serial model cannot say; so the exact step's row errs on its own side."""
     lo = len(corpus.stream) // 2
-    seconds = {p: sum(_around(corpus, cfg, [(lo, min(len(corpus.stream), lo + p))], False))
+    seconds = {p: _around(corpus, cfg, [(lo, min(len(corpus.stream), lo + p))], False)[1]
                for p in (32, cfg.batch_words)}
     per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
     per_step = max(0.0, seconds[32] - 32 * per_position)
-    return plan.Compute(per_step, per_position, f"its examples, table, gather and add of 32 and {cfg.batch_words:,} "
+    return plan.Compute(per_step, per_position, f"its rows' gather and add for 32 and {cfg.batch_words:,} "
                                                 f"positions {seconds[32] * 1e3:,.2f} and "
                                                 f"{seconds[cfg.batch_words] * 1e3:,.2f} ms on one thread here")
 
@@ -174,7 +177,7 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
 
 def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
     """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads, its maths ``compute``
-    T times faster and the work ``around`` it (:func:`measure_exact_other`) on one thread: words/s."""
+    T times faster and its rows' work ``around`` it (:func:`measure_exact_other`) on one thread: words/s."""
     if nodes > corpus.vocab.size:
         return float("nan")
     epoch_steps = math.ceil(len(corpus.stream) / cfg.batch_words)
