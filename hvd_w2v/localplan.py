@@ -49,18 +49,18 @@ SAMPLED_NODES = 3  # nodes whose StepPlan is built at each sampled super-step
 def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
     """The StepPlan node ``node`` of ``nodes`` builds in super-step ``at`` of an epoch (sampled places: see
     the module's docstring)."""
-    stream, voc = corpus.stream, corpus.vocab
-    n, s = len(stream), cfg.superstep
-    parts = []
-    # The node's T shards read S positions each at places at least S apart (disjoint, as on a corpus of V x S
-    # positions or more), the node's first place where its share of this corpus starts.
+    ranges = node_ranges(len(corpus.stream), cfg.superstep, nodes, threads, node, at)
+    batch, _ = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1)
+    return StepPlan.of(batch, RowPlan(corpus.vocab.size, nodes), n_hot, cfg.sg, 1)
+
+
+def node_ranges(n, s, nodes, threads, node, at):
+    """The positions ``[lo, hi)`` of node ``node``'s ``threads`` shards in sampled super-step ``at``, of a stream
+    of ``n``: S = ``s`` each, at places at least S apart (disjoint, as on a corpus of V x S positions or more),
+    the node's first place where its share of this corpus starts."""
     stride = max(s, n // (nodes * threads))
-    for t in range(threads):
-        lo = (node * (n // nodes) + t * stride + at * s) % max(n - s, 1)
-        parts.append(batches.build(stream, voc, cfg, 0, lo, min(n, lo + s)))
-    batch = batches.Batch(*(np.concatenate([getattr(p, f) for p in parts])
-                                     for f in ("centres", "contexts", "negatives")))
-    return StepPlan.of(batch, RowPlan(voc.size, nodes), n_hot, cfg.sg, 1)
+    los = [(node * (n // nodes) + t * stride + at * s) % max(n - s, 1) for t in range(threads)]
+    return [(lo, min(n, lo + s)) for lo in los]
 
 
 def measure_thread(corpus, cfg, repeats=9):
@@ -120,10 +120,8 @@ def measure_other(corpus, cfg, threads):
     """A node's super-step outside the shard SGD, for its ``threads`` shards of S positions (:func:`_around`):
     ``(prepare, rows, how)``. Training runs the compiled parts on the node's threads, so one thread's time is
     an upper bound of theirs."""
-    n, s = len(corpus.stream), cfg.superstep
-    stride = max(s, n // threads)
-    ranges = [((t * stride) % max(n - s, 1), (t * stride) % max(n - s, 1) + min(s, n)) for t in range(threads)]
-    prepare, rows = _around(corpus, cfg, ranges, True)
+    s = cfg.superstep
+    prepare, rows = _around(corpus, cfg, node_ranges(len(corpus.stream), s, 1, threads, 0, 0), True)
     return prepare, rows, (f"the node's examples and table for {threads} x {s:,} positions {prepare * 1e3:,.2f} "
                            f"ms, its rows' gather and add {rows * 1e3:,.2f} ms, on one thread here (least of 5)")
 
