@@ -127,33 +127,13 @@ class ClippedMerge:
         self.cap, self.clip, self.threads = cap, clip, threads
 
     def __call__(self, table, rows, updates, counts):
-        """``table[rows] += updates`` (rows unique; every source's already summed: the hot rows')."""
-        native.add_rows(table, rows, updates, self.scale(updates, counts), self.threads)
+        """``table[rows] += updates``, merged so (rows unique; every source's already summed: the hot rows')."""
+        native.merge_sources(table, rows, [updates], counts, self.cap, self.clip, self.threads)
 
     def sources(self, table, rows, blocks, sgd, total):
         """An owner's scatter (training.CappedAdd.sources's arguments; ``total`` unused): the sources' blocks
-        summed row by row in source order, then scaled and added."""
-        if len(blocks) == 1:
-            unique, merged, counts = rows, blocks[0], sgd
-        else:
-            unique, inverse = np.unique(rows, return_inverse=True)
-            merged = np.zeros((len(unique), table.shape[1]), np.float32)
-            counts = np.zeros(len(unique), np.float32)
-            lo = 0
-            for block in blocks:  # a source's rows are unique: each block adds with one fancy index
-                at = inverse[lo:lo + len(block)]
-                merged[at] += block
-                counts[at] += sgd[lo:lo + len(block)]
-                lo += len(block)
-        native.add_rows(table, unique, merged, self.scale(merged, counts), self.threads)
-
-    def scale(self, merged, counts):
-        """Each row's factor: the cap's, then at most ``clip`` over the capped row's L2 norm."""
-        scale = native.cap_scale(self.cap, counts)
-        norms = np.sqrt(np.einsum("ij,ij->i", merged, merged, dtype=np.float32)) * scale
-        over = norms > self.clip
-        scale[over] *= self.clip / norms[over]
-        return scale
+        summed row by row in source order, then scaled and added (native.merge_sources)."""
+        native.merge_sources(table, rows, blocks, sgd, self.cap, self.clip, self.threads)
 
 
 def reference(sg, rows, ctx, tgt, bounds, alpha):

@@ -173,7 +173,8 @@ def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
 
 ROW_FUNCTIONS = {"hvd_w2v_take_rows": [P, I64, P, P, I64, I64, I64],
                  "hvd_w2v_add_rows": [P, I64] + [P] * 3 + [I64] * 3,
-                 "hvd_w2v_add_sources": [P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64]}
+                 "hvd_w2v_add_sources": [P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64],
+                 "hvd_w2v_merge_sources": [P, I64] + [P] * 3 + [I64, P, F32, F32, I64, I64]}
 
 
 def row_copies():
@@ -237,11 +238,9 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
     same bytes on any count) when available, else numpy."""
     counts = [len(b) for b in blocks]
     d = table.shape[1]
-    if not (table.dtype == total.dtype == sgd.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
-            and table.flags.c_contiguous and rows.flags.c_contiguous and sgd.flags.c_contiguous
-            and total.shape == (len(table),) and len(rows) == len(sgd) == sum(counts)
-            and all(b.dtype == np.float32 and b.shape[1:] == (d,) and b.flags.c_contiguous for b in blocks)):
-        raise ValueError("add_sources takes float32 C-contiguous [n_s, d] blocks, their int64 rows and sgd counts")
+    _check_sources(table, rows, blocks, sgd)
+    if not (total.dtype == np.float32 and total.shape == (len(table),)):
+        raise ValueError(f"add_sources' scratch must be float32[{len(table)}]")
     lib = row_copies()
     if lib is None:
         counts = np.array(counts, np.int64)
@@ -256,6 +255,48 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
     if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data, _pointers(blocks), _int64s(counts),
                                len(blocks), sgd.ctypes.data, cap, total.ctypes.data, d, threads):
         raise _out_of_range(table)
+
+
+def merge_sources(table, rows, blocks, sgd, cap, clip, threads=1):
+    """localsgd.ClippedMerge's scatter in one pass: ``rows``, ``blocks`` and ``sgd`` as add_sources's. Each
+    row's updates are summed over the sources in source order, the sum scaled by min(1, cap / max(m, 1)) (m its
+    summed ``sgd``), then scaled down to an L2 norm of at most ``clip``, and added once. Compiled (on
+    ``threads`` threads, the same bytes on any count) when available, else numpy."""
+    d = table.shape[1]
+    _check_sources(table, rows, blocks, sgd)
+    lib = row_copies()
+    if lib is None:
+        unique, inverse = np.unique(rows, return_inverse=True)
+        merged = np.zeros((len(unique), d), np.float32)
+        counts = np.zeros(len(unique), np.float32)
+        lo = 0
+        for block in blocks:  # a source's rows are unique: each block adds with one fancy index
+            at = inverse[lo:lo + len(block)]
+            merged[at] += block
+            counts[at] += sgd[lo:lo + len(block)]
+            lo += len(block)
+        scale = cap_scale(cap, counts)
+        norms = np.sqrt(np.einsum("ij,ij->i", merged, merged, dtype=np.float32)) * scale
+        over = norms > clip
+        scale[over] *= np.float32(clip) / norms[over]
+        table[unique] += scale[:, None] * merged
+        return
+    if lib.hvd_w2v_merge_sources(table.ctypes.data, len(table), rows.ctypes.data, _pointers(blocks),
+                                 _int64s([len(b) for b in blocks]), len(blocks), sgd.ctypes.data, cap, clip, d,
+                                 threads):
+        raise _out_of_range(table)
+
+
+def _check_sources(table, rows, blocks, sgd):
+    """ValueError unless ``blocks`` are float32 C-contiguous rows of ``table``'s width, listed in ``rows`` (int64)
+    with their ``sgd`` counts (float32): what add_sources and merge_sources read."""
+    d = table.shape[1]
+    if not (table.dtype == sgd.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
+            and table.flags.c_contiguous and rows.flags.c_contiguous and sgd.flags.c_contiguous
+            and len(rows) == len(sgd) == sum(len(b) for b in blocks)
+            and all(b.dtype == np.float32 and b.shape[1:] == (d,) and b.flags.c_contiguous for b in blocks)):
+        raise ValueError("the owners' adds take float32 C-contiguous [n_s, d] blocks, their int64 rows and sgd "
+                         "counts")
 
 
 # -- the example builder (batches_kernel.cc) -----------------------------------------------------------------

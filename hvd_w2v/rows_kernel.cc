@@ -6,6 +6,7 @@
 // ranges. Built there with g++ -fopenmp: each takes the rank's thread count.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -126,4 +127,70 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
   return 0;
 }
 
+// The clipped merge's scatter (localsgd.ClippedMerge) in one call: the same entries as add_sources, but each
+// row's updates are first summed over the sources in source order (from zeros), the sum scaled by the cap's
+// min(1, cap / max(m, 1)), m the row's summed sgd, then scaled down to an L2 norm of at most ``clip``, and
+// added. On ``threads`` threads, each the owner of every threads-th block of ROW_BLOCK table rows, as in
+// add_sources: each lists its entries, gives its rows places in a buffer of their sums (a hash of its own:
+// no scratch the size of the table) and adds them; each row is summed and added by one thread, so the result
+// is the same bytes on any thread count. Returns 0, or -1 with nothing touched when a row lies outside
+// [0, table_rows).
+int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
+                              const int64_t* counts, int64_t sources, const float* sgd, float cap, float clip,
+                              int64_t d, int64_t threads) {
+  int64_t n = 0;
+  for (int64_t s = 0; s < sources; ++s) n += counts[s];
+  if (!inside(rows, n, table_rows)) return -1;
+  const int64_t team = n >= MIN_PARALLEL_ROWS ? threads : 1;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    const int64_t t = team > 1 ? omp_get_thread_num() : 0;
+    std::vector<int64_t> mine(n);  // the entries i whose row this thread owns, in order
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      mine[m] = i;
+      m += (rows[i] / ROW_BLOCK) % team == t;
+    }
+    mine.resize(m);
+    int64_t buckets = 16;
+    while (buckets < 2 * m) buckets *= 2;
+    std::vector<int64_t> keyed(buckets, -1);  // open addressing: a table row, or -1
+    std::vector<int32_t> placed(buckets);     // ... and its place among the distinct rows
+    std::vector<int64_t> distinct;            // this thread's rows, in the order first met
+    std::vector<int32_t> at(m);               // entry k's place
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t row = rows[mine[k]];
+      uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> 20;
+      for (;; ++h) {
+        const int64_t b = static_cast<int64_t>(h & (buckets - 1));
+        if (keyed[b] == row) { at[k] = placed[b]; break; }
+        if (keyed[b] < 0) {
+          keyed[b] = row, placed[b] = at[k] = static_cast<int32_t>(distinct.size());
+          distinct.push_back(row);
+          break;
+        }
+      }
+    }
+    std::vector<float> sum(distinct.size() * d, 0.f), total(distinct.size(), 0.f);
+    int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t i = mine[k];
+      while (i >= end) end += counts[++s];
+      add_row(sum.data() + at[k] * d, blocks[s] + (i - (end - counts[s])) * d, 1.f, d);
+      total[at[k]] += sgd[i];
+    }
+    for (size_t u = 0; u < distinct.size(); ++u) {
+      if (u + PREFETCH_ROWS < distinct.size()) prefetch_row(table + distinct[u + PREFETCH_ROWS] * d, d, 1);
+      const float* row = sum.data() + u * d;
+      float squares = 0.f;
+#pragma omp simd reduction(+ : squares)
+      for (int64_t j = 0; j < d; ++j) squares += row[j] * row[j];
+      float scale = cap_scale(cap, total[u]);
+      const float norm = std::sqrt(squares) * scale;
+      if (norm > clip) scale *= clip / norm;
+      add_row(table + distinct[u] * d, row, scale, d);
+    }
+  }
+  return 0;
+}
 }  // extern "C"

@@ -111,6 +111,41 @@ def test_add_sources_is_the_same_on_any_thread_count(mode, sources):
     assert all(np.array_equal(got[0], g) for g in got[1:])
 
 
+@pytest.mark.parametrize("sources", [1, 3])
+def test_merge_sources_sums_the_sources_then_caps_and_clips_each_row(mode, sources):
+    """The clipped merge (localsgd.ClippedMerge): each row's blocks summed over the sources, scaled by the cap
+    over its summed count, then down to the clip's L2 norm, and added once; rows under the clip keep their
+    capped sum. Compiled: the same bytes on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(7)
+    table = rng.normal(size=(3000, 9)).astype(np.float32)
+    per = [rng.permutation(len(table))[:1200].astype(np.int64) for _ in range(sources)]
+    blocks_in = [rng.normal(scale=0.3, size=(len(r), table.shape[1])).astype(np.float32) for r in per]
+    keys = np.concatenate(per)
+    sgd = rng.integers(1, 6, len(keys)).astype(np.float32)
+    merged, summed = np.zeros(table.shape), np.zeros(len(table))
+    for block, these, counts in zip(blocks_in, per, np.split(sgd, sources)):
+        merged[these] += block
+        summed[these] += counts
+    scaled = merged * np.minimum(1, 4 / np.maximum(summed, 1))[:, None]
+    norms = np.linalg.norm(scaled, axis=1)
+    assert (norms > 1.5).any() and ((norms > 0) & (norms < 1.5)).any()  # both sides of the clip
+    expected = table + scaled * np.minimum(1, 1.5 / np.maximum(norms, 1e-30))[:, None]
+    got = []
+    for threads in ((1, 2, 3) if mode == "compiled" else (1,)):
+        out = table.copy()
+        native.merge_sources(out, keys, blocks_in, sgd, 4.0, 1.5, threads)
+        got.append(out)
+    np.testing.assert_allclose(got[0], expected, rtol=1e-5, atol=1e-5)
+    assert all(np.array_equal(got[0], g) for g in got[1:])
+    with pytest.raises(ValueError):
+        native.merge_sources(table, keys, [b[:, :3] for b in blocks_in], sgd, 4.0, 1.5)
+    if mode == "compiled":
+        before = table.copy()
+        with pytest.raises(IndexError):
+            native.merge_sources(table, np.append(keys[:-1], len(table)), blocks_in, sgd, 4.0, 1.5)
+        assert np.array_equal(table, before)
+
+
 def test_add_sources_refuses_bad_rows_before_any_change():
     if native.row_copies() is None:
         pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
