@@ -102,9 +102,8 @@ class Exchange:
             parts.append(self._keys(ask, asked_counts))
         received = self.comm.alltoallv_many(parts, idle)
         self._count(updates, route.counts)
-        got, ends = received[0], np.cumsum(route.asked_counts)
-        blocks = [updates[route.own] if source == self.comm.rank else got[lo:hi]  # its own: where it is
-                  for source, (lo, hi) in enumerate(zip(ends - route.asked_counts, ends))]
+        # every source's block where it arrived, its own where it is
+        blocks = native.Blocks(received[0], route.asked_counts, self.comm.rank, updates[route.own])
         apply.sources(self.table, route.local, blocks, route.asked_sgd, self.sgd)
         return None if ask is None else self._routed(ask, received[1], asked_counts)
 

@@ -17,12 +17,12 @@ Time per super-step = compute + gather + scatter + allreduce, with the exact pla
 allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
 the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
 the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here on one thread for
-its T x S positions (:func:`measure_other`: an upper bound, as training runs its compiled parts on the
-node's threads): the rows' gather and add ("rows ms"), and the examples and table of the next super-step
-("prepare ms"), which training builds while the exchange waits, so they count only past the gather and
-scatter. Words per second count raw words: P x T x S positions x raw words per
+its T x S positions (:func:`measure_other`): the rows' gather and the owner's add of as many delta rows from
+P sources, by the merge train uses at the row's V and S (config.merge_clip_for; "rows ms"), and the examples
+and table of the next super-step ("prepare ms"), which training builds while the exchange waits, so they
+count only past the gather and scatter. Words per second count raw words: P x T x S positions x raw words per
 position over the super-step's time; the parallel efficiency is that over P times one node's words per
-second at the same S (one node exchanges nothing). S "auto" is train's default for the row's V
+second at the same S and merge (one node exchanges nothing). S "auto" is train's default for the row's V
 (config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
 the default --batch-words, with its rows' gather and add timed as the super-step's, on one thread (its
@@ -37,11 +37,11 @@ from dataclasses import replace
 import numpy as np
 
 from . import batches, native, plan
-from .config import Config, superstep_for
+from .config import Config, merge_clip_for, superstep_for
 from .errors import UserError
-from .localsgd import superstep_plan
+from .localsgd import merge_rule, superstep_plan
 from .shard import RowPlan
-from .training import StepPlan
+from .training import CappedAdd, StepPlan
 
 SAMPLED_NODES = 3  # nodes whose StepPlan is built at each sampled super-step
 
@@ -88,15 +88,18 @@ def measure_thread(corpus, cfg, repeats=9):
                                  f"{seconds * 1e3:,.2f} ms (least of {repeats} calls)")
 
 
-def _around(corpus, cfg, ranges, touches, repeats=5):
+def _around(corpus, cfg, ranges, touches, merge, sources=1, repeats=9):
     """``(prepare, rows)``: seconds on one thread here of the work around the SGD for the examples of
     ``ranges`` (positions ``[lo, hi)``, a shard each). ``prepare``: their examples (batches.build_ranges) and
     table of unique rows (training.StepPlan.of; with ``touches``, localsgd.superstep_plan's, with the shards
-    touching each row); ``rows``: the gather of the table's rows out of a model and the add of as many delta
-    rows into it (native.take_rows, native.add_rows: a node serves and adds about as many rows as it asks
-    for). The least of ``repeats`` rounds each, the first left out (it allocates)."""
+    touching each row); ``rows``: the owner's gather of the table's rows out of a model (native.take_rows) and
+    its add of as many delta rows by ``merge`` (the rule's ``sources``: training.CappedAdd, localsgd's
+    merge_rule), from ``sources`` sources (a node serves and adds about as many rows as it asks for; a row
+    from one source only, which counts every row's add in full). The least of ``repeats`` rounds each, the
+    first left out (it allocates)."""
     voc = corpus.vocab
     model = np.random.default_rng(0).uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)).astype(np.float32) / cfg.dim
+    total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
     prepare, rows_work = [], []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
@@ -109,21 +112,30 @@ def _around(corpus, cfg, ranges, touches, repeats=5):
         t1 = time.perf_counter()
         rows = np.empty((len(step.keys), cfg.dim), np.float32)
         native.take_rows(model, step.keys, rows, 1)
+        t2 = time.perf_counter()
         rows *= np.float32(1e-6)  # deltas of the rows' size, so that the model keeps its scale
-        native.add_rows(model, step.keys, rows, None, 1)
+        t3 = time.perf_counter()
+        blocks = native.Blocks(rows, [len(b) for b in np.array_split(rows, sources)])  # as they arrive
+        merge.sources(model, step.keys, blocks, step.sgd, total)
         prepare.append(t1 - t0)
-        rows_work.append(time.perf_counter() - t1)
+        rows_work.append(t2 - t1 + time.perf_counter() - t3)
     return float(np.min(prepare[1:])), float(np.min(rows_work[1:]))
 
 
-def measure_other(corpus, cfg, threads):
-    """A node's super-step outside the shard SGD, for its ``threads`` shards of S positions (:func:`_around`):
-    ``(prepare, rows, how)``. Training runs the compiled parts on the node's threads, so one thread's time is
-    an upper bound of theirs."""
+def measure_other(corpus, cfg, threads, nodes):
+    """A node's super-step outside the shard SGD, for its ``threads`` shards of S positions on ``nodes`` nodes
+    (:func:`_around`, under the merge ``cfg`` trains with): ``(prepare, rows, how)``, on one thread here.
+
+    Why one: training runs the compiled parts on the node's threads, but on this 2-core host those small,
+    memory-bound passes ran no faster on 2 threads than on 1 when they followed each other as in a super-step
+    (each thread reading rows the other had just written), so the time of one thread is what is claimed."""
     s = cfg.superstep
-    prepare, rows = _around(corpus, cfg, node_ranges(len(corpus.stream), s, 1, threads, 0, 0), True)
+    prepare, rows = _around(corpus, cfg, node_ranges(len(corpus.stream), s, 1, threads, 0, 0), True,
+                            merge_rule(cfg), nodes)
+    merge = f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum"
     return prepare, rows, (f"the node's examples and table for {threads} x {s:,} positions {prepare * 1e3:,.2f} "
-                           f"ms, its rows' gather and add {rows * 1e3:,.2f} ms, on one thread here (least of 5)")
+                           f"ms, its rows' gather and add ({merge}, from {nodes:,} sources) {rows * 1e3:,.2f} ms, "
+                           f"on one thread here (least of 9)")
 
 
 def measure_exact_other(corpus, cfg):
@@ -132,7 +144,7 @@ def measure_exact_other(corpus, cfg):
     table are left out: built while the exchange waits, as the super-step's, they would count only past it,
     which plan.summarise's serial model cannot say; so the exact step's row errs on its own side."""
     lo = len(corpus.stream) // 2
-    seconds = {p: _around(corpus, cfg, [(lo, min(len(corpus.stream), lo + p))], False)[1]
+    seconds = {p: _around(corpus, cfg, [(lo, min(len(corpus.stream), lo + p))], False, CappedAdd(cfg.update_cap))[1]
                for p in (32, cfg.batch_words)}
     per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
     per_step = max(0.0, seconds[32] - 32 * per_position)
@@ -230,12 +242,20 @@ def main(argv=None):
                 network = plan.Network(gbps * 1e9 / 8, args.latency * 1e-6)
                 for n in nodes:
                     s = superstep_for(n * args.threads) if spec == "auto" else spec
-                    c = replace(cfg, superstep=s, shards=1)
+                    # train's merge for the row's V and S
+                    c = replace(cfg, superstep=s, shards=1, merge_clip=merge_clip_for(n * args.threads, s))
+                    for sources in {1, n}:
+                        if (s, sources, c.merge_clip) not in measured:
+                            measured[s, sources, c.merge_clip] = measure_other(corpus, c, args.threads, sources)
+                            say(f"localplan: S {s:,}: {measured[s, sources, c.merge_clip][2]}")
                     if s not in measured:
-                        measured[s] = measure_thread(corpus, c), measure_other(corpus, c, args.threads)
-                        say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][2]}")
-                    per_position, other = measured[s][0][0], measured[s][1][:2]
-                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [], other)["words"]
+                        measured[s] = measure_thread(corpus, c)
+                        say(f"localplan: S {s:,}: {measured[s][1]}")
+                    # the examples' work is the same on any P and merge: one measurement for every row of this S
+                    prepare = measured.setdefault((s, "prepare"), measured[s, 1, c.merge_clip][0])
+                    one_node = prepare, measured[s, 1, c.merge_clip][1]
+                    per_position, other = measured[s][0], (prepare, measured[s, n, c.merge_clip][1])
+                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [], one_node)["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
                                                     args.exact_steps, exact_around) if exact_compute else float("nan")

@@ -74,6 +74,13 @@ def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1):
     return step
 
 
+def merge_rule(cfg, threads=1):
+    """The owners' add of ``cfg``'s merge (training.CappedAdd's interface) on ``threads`` threads: the capped
+    sum, clipped with ``cfg.merge_clip``."""
+    cap = float(cfg.merge_cap or "inf")  # 0: no cap, the sum
+    return ClippedMerge(cap, cfg.merge_clip, threads) if cfg.merge_clip else CappedAdd(cap, threads)
+
+
 class LocalSGD:
     """The shard-local SGD rule (training.ExactStep's interface): ``prepare``, ``empty_rows``, ``maths``,
     ``apply``, ``describe``."""
@@ -89,8 +96,7 @@ class LocalSGD:
         self.check_layout(cfg, plan.ranks)
         self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
         self.lib = native.local_sgd_kernel()
-        cap = float(cfg.merge_cap or "inf")  # 0: no cap, the sum
-        self.apply = ClippedMerge(cap, cfg.merge_clip, threads) if cfg.merge_clip else CappedAdd(cap, threads)
+        self.apply = merge_rule(cfg, threads)
         self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads)
 
     @staticmethod

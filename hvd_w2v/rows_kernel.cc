@@ -6,8 +6,10 @@
 // ranges. Built there with g++ -fopenmp: each takes the rank's thread count.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -157,7 +159,7 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
     std::vector<int64_t> keyed(buckets, -1);  // open addressing: a table row, or -1
     std::vector<int32_t> placed(buckets);     // ... and its place among the distinct rows
     std::vector<int64_t> distinct;            // this thread's rows, in the order first met
-    std::vector<int32_t> at(m);               // entry k's place
+    std::vector<int32_t> at(m);               // entry k's place, negative (-1 - place) where first met
     for (int64_t k = 0; k < m; ++k) {
       const int64_t row = rows[mine[k]];
       uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> 20;
@@ -165,23 +167,33 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
         const int64_t b = static_cast<int64_t>(h & (buckets - 1));
         if (keyed[b] == row) { at[k] = placed[b]; break; }
         if (keyed[b] < 0) {
-          keyed[b] = row, placed[b] = at[k] = static_cast<int32_t>(distinct.size());
+          keyed[b] = row, placed[b] = static_cast<int32_t>(distinct.size());
+          at[k] = -1 - placed[b];
           distinct.push_back(row);
           break;
         }
       }
     }
-    std::vector<float> sum(distinct.size() * d, 0.f), total(distinct.size(), 0.f);
+    // The sums start as their first source's row (a copy: 0 + x is x), so the buffer needs no zeros.
+    std::unique_ptr<float[]> sum(new float[distinct.size() * d]);
+    std::vector<float> total(distinct.size());
     int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
     for (int64_t k = 0; k < m; ++k) {
       const int64_t i = mine[k];
       while (i >= end) end += counts[++s];
-      add_row(sum.data() + at[k] * d, blocks[s] + (i - (end - counts[s])) * d, 1.f, d);
-      total[at[k]] += sgd[i];
+      const float* from = blocks[s] + (i - (end - counts[s])) * d;
+      if (at[k] < 0) {
+        const int64_t u = -1 - at[k];
+        std::copy(from, from + d, sum.get() + u * d);
+        total[u] = sgd[i];
+      } else {
+        add_row(sum.get() + at[k] * d, from, 1.f, d);
+        total[at[k]] += sgd[i];
+      }
     }
     for (size_t u = 0; u < distinct.size(); ++u) {
       if (u + PREFETCH_ROWS < distinct.size()) prefetch_row(table + distinct[u + PREFETCH_ROWS] * d, d, 1);
-      const float* row = sum.data() + u * d;
+      const float* row = sum.get() + u * d;
       float squares = 0.f;
 #pragma omp simd reduction(+ : squares)
       for (int64_t j = 0; j < d; ++j) squares += row[j] * row[j];

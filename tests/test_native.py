@@ -146,6 +146,25 @@ def test_merge_sources_sums_the_sources_then_caps_and_clips_each_row(mode, sourc
         assert np.array_equal(table, before)
 
 
+def test_blocks_as_received_add_as_a_list_does(mode):
+    """native.Blocks, the exchange's form (every source's rows end to end in the received buffer, a rank's own
+    block elsewhere and its place in the buffer left unused): both owners' adds give the bytes of the list."""
+    rng = np.random.default_rng(11)
+    table = rng.normal(size=(2000, 5)).astype(np.float32)
+    per = [rng.permutation(len(table))[:n].astype(np.int64) for n in (300, 0, 500, 400)]
+    listed = [rng.normal(size=(len(r), 5)).astype(np.float32) for r in per]
+    keys, sgd = np.concatenate(per), rng.integers(1, 9, sum(map(len, per))).astype(np.float32)
+    buffer = np.concatenate(listed)
+    buffer[300:800] = np.nan  # source 2's place: its block is ``mine``
+    received = native.Blocks(buffer, [len(r) for r in per], 2, listed[2].copy())
+    for add in (lambda t, b: native.add_sources(t, keys, b, sgd, 3.0, np.zeros(len(t), np.float32), 2),
+                lambda t, b: native.merge_sources(t, keys, b, sgd, 3.0, 0.5, 2)):
+        a, b = table.copy(), table.copy()
+        add(a, listed)
+        add(b, received)
+        assert np.array_equal(a, b) and not np.isnan(a).any()
+
+
 def test_add_sources_refuses_bad_rows_before_any_change():
     if native.row_copies() is None:
         pytest.skip(f"the row copies cannot be built here: {native._LIBS['rows_kernel']}")
