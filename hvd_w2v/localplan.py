@@ -17,18 +17,20 @@ Time per super-step = compute + gather + scatter + allreduce, with the exact pla
 allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
 the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
 the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here on one thread for
-its T x S positions (:func:`measure_other`): the rows' gather and the owner's add of as many delta rows from
-P sources, by the merge train uses at the row's V and S (config.merge_clip_for; "rows ms"), and the examples
-and table of the next super-step ("prepare ms"), which training builds while the exchange waits, so they
+its T x S positions: an owner's gather of the rows every node asks of it and its add of their deltas, one
+source a node, built from every node's examples at sampled super-steps, by the merge train uses at the row's
+V and S (:func:`measure_owner`, config.merge_clip_for; "rows ms"); and the examples and table of the next
+super-step (:func:`measure_prepare`, "prepare ms"), which training builds while the exchange waits, so they
 count only past the gather and scatter. Words per second count raw words: P x T x S positions x raw words per
 position over the super-step's time; the parallel efficiency is that over P times one node's words per
 second at the same S and merge (one node exchanges nothing). S "auto" is train's default for the row's V
 (config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
-the default --batch-words, with its rows' gather and add timed as the super-step's, on one thread (its
-examples and table left out: the row errs on the exact step's side).
+the default --batch-words, with its rows' gather and add timed on one thread, one rank's share on one rank
+(:func:`measure_exact_other`: its examples and table left out, its rows all from one source).
 """
 import argparse
+import functools
 import math
 import sys
 import time
@@ -88,64 +90,94 @@ def measure_thread(corpus, cfg, repeats=9):
                                  f"{seconds * 1e3:,.2f} ms (least of {repeats} calls)")
 
 
-def _around(corpus, cfg, ranges, touches, merge, sources=1, repeats=9):
-    """``(prepare, rows)``: seconds on one thread here of the work around the SGD for the examples of
-    ``ranges`` (positions ``[lo, hi)``, a shard each). ``prepare``: their examples (batches.build_ranges) and
-    table of unique rows (training.StepPlan.of; with ``touches``, localsgd.superstep_plan's, with the shards
-    touching each row); ``rows``: the owner's gather of the table's rows out of a model (native.take_rows) and
-    its add of as many delta rows by ``merge`` (the rule's ``sources``: training.CappedAdd, localsgd's
-    merge_rule), from ``sources`` sources (a node serves and adds about as many rows as it asks for; a row
-    from one source only, which counts every row's add in full). The least of ``repeats`` rounds each, the
-    first left out (it allocates)."""
-    voc = corpus.vocab
-    model = np.random.default_rng(0).uniform(-0.5, 0.5, (2 * voc.size, cfg.dim)).astype(np.float32) / cfg.dim
+@functools.lru_cache(maxsize=1)
+def _model(words, dim):
+    """A model table of ``words`` words (float32[2 x words, dim], by key) whose rows the measurements read and
+    add to: larger than the caches, as a node's slice of a cluster's model is. Made once (a large vocabulary's
+    takes seconds)."""
+    return np.random.default_rng(0).uniform(-0.5, 0.5, (2 * words, dim)).astype(np.float32) / dim
+
+
+def _examples_seconds(corpus, cfg, ranges, repeats=9):
+    """Seconds on one thread here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a shard each;
+    batches.build_ranges) and their table of unique rows with the shards touching each row
+    (localsgd.superstep_plan): the least of ``repeats`` rounds, the first left out (it allocates)."""
+    voc, times = corpus.vocab, []
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, 1)
+        superstep_plan(batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64), RowPlan(voc.size, 1), 0,
+                       cfg.sg, 1)
+        times.append(time.perf_counter() - t)
+    return float(np.min(times[1:]))
+
+
+def _owner_seconds(model, keys, counts, sgd, merge, repeats=9):
+    """Seconds on one thread here of an owner's rows' work in one step: the gather of the rows ``keys`` (int64,
+    source after source, ``counts[s]`` from source s) out of ``model`` (native.take_rows), and the add of as
+    many delta rows, each summing ``sgd`` SGD updates, by ``merge`` (the rule's ``sources``: training.CappedAdd,
+    localsgd.merge_rule), as received (native.Blocks). The least of ``repeats`` rounds, the first left out."""
     total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
-    prepare, rows_work = [], []
+    rows = np.empty((len(keys), model.shape[1]), np.float32)
+    times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, 1)
-        if touches:
-            bounds = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
-            step = superstep_plan(batch, bounds, RowPlan(voc.size, 1), 0, cfg.sg, 1)
-        else:
-            step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+        native.take_rows(model, keys, rows, 1)
         t1 = time.perf_counter()
-        rows = np.empty((len(step.keys), cfg.dim), np.float32)
-        native.take_rows(model, step.keys, rows, 1)
-        t2 = time.perf_counter()
         rows *= np.float32(1e-6)  # deltas of the rows' size, so that the model keeps its scale
-        t3 = time.perf_counter()
-        blocks = native.Blocks(rows, [len(b) for b in np.array_split(rows, sources)])  # as they arrive
-        merge.sources(model, step.keys, blocks, step.sgd, total)
-        prepare.append(t1 - t0)
-        rows_work.append(t2 - t1 + time.perf_counter() - t3)
-    return float(np.min(prepare[1:])), float(np.min(rows_work[1:]))
+        t2 = time.perf_counter()
+        merge.sources(model, keys, native.Blocks(rows, counts), sgd, total)
+        times.append(t1 - t0 + time.perf_counter() - t2)
+    return float(np.min(times[1:]))
 
 
-def measure_other(corpus, cfg, threads, nodes):
-    """A node's super-step outside the shard SGD, for its ``threads`` shards of S positions on ``nodes`` nodes
-    (:func:`_around`, under the merge ``cfg`` trains with): ``(prepare, rows, how)``, on one thread here.
+def measure_prepare(corpus, cfg, threads):
+    """A node's examples and table of its ``threads`` shards of S positions (:func:`_examples_seconds`): seconds
+    on one thread here, and how they were measured. Training builds them on the node's threads."""
+    seconds = _examples_seconds(corpus, cfg, node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0))
+    return seconds, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
+                     f"{seconds * 1e3:,.2f} ms on one thread here (least of 9)")
 
-    Why one: training runs the compiled parts on the node's threads, but on this 2-core host those small,
-    memory-bound passes ran no faster on 2 threads than on 1 when they followed each other as in a super-step
-    (each thread reading rows the other had just written), so the time of one thread is what is claimed."""
-    s = cfg.superstep
-    prepare, rows = _around(corpus, cfg, node_ranges(len(corpus.stream), s, 1, threads, 0, 0), True,
-                            merge_rule(cfg), nodes)
-    merge = f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum"
-    return prepare, rows, (f"the node's examples and table for {threads} x {s:,} positions {prepare * 1e3:,.2f} "
-                           f"ms, its rows' gather and add ({merge}, from {nodes:,} sources) {rows * 1e3:,.2f} ms, "
-                           f"on one thread here (least of 9)")
+
+def measure_owner(corpus, cfg, nodes, threads, samples):
+    """An owner's rows' work in a super-step on ``nodes`` nodes of ``threads`` shards (:func:`_owner_seconds`,
+    under the merge ``cfg`` trains with): the rows every node asks of it and their deltas, one source a node,
+    from every node's StepPlan at the ``samples`` (sampled super-steps), so that a row several nodes touch
+    comes from each, as it does in training. Seconds on one thread here, the busiest of SAMPLED_NODES owners at
+    each sample, averaged over the samples; and how they were measured.
+
+    Why one thread: training runs these passes on the node's threads, but on this 2-core host they ran no
+    faster on 2 threads than on 1 when they followed each other as in a super-step (each thread reading rows
+    the other had just written), so the time of one thread is what is claimed."""
+    model, merge, busiest, entries = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg), [], []
+    for at in samples:
+        steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
+        ends = [np.cumsum(step.owned) for step in steps]
+        seconds = []
+        for owner in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
+            parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
+            keys = np.concatenate([step.keys[p] for step, p in zip(steps, parts)])
+            sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
+            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge))
+            entries.append(len(keys))
+        busiest.append(max(seconds))
+    seconds = float(np.mean(busiest))
+    merged = f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum"
+    return seconds, (f"an owner's rows' gather and add on {nodes:,} nodes ({merged}; {np.mean(entries):,.0f} rows "
+                     f"from {nodes:,} sources) {seconds * 1e3:,.2f} ms on one thread here")
 
 
 def measure_exact_other(corpus, cfg):
-    """The exact step's rows' gather and add, as :func:`measure_other` counts them, on a rank's share of a step:
-    a line (plan.Compute) through their seconds at 32 positions and at ``cfg.batch_words``. Its examples and
-    table are left out: built while the exchange waits, as the super-step's, they would count only past it,
-    which plan.summarise's serial model cannot say; so the exact step's row errs on its own side."""
-    lo = len(corpus.stream) // 2
-    seconds = {p: _around(corpus, cfg, [(lo, min(len(corpus.stream), lo + p))], False, CappedAdd(cfg.update_cap))[1]
-               for p in (32, cfg.batch_words)}
+    """The exact step's rows' gather and add, as :func:`measure_owner` counts them, of one rank's share of a
+    step on one rank (every row from one source, an upper bound where ranks share rows): a line (plan.Compute)
+    through their seconds at 32 positions and at ``cfg.batch_words``. Its examples and table are left out:
+    built while the exchange waits, as the super-step's, they would count only past it, which
+    plan.summarise's serial model cannot say."""
+    lo, model, voc, seconds = len(corpus.stream) // 2, _model(corpus.vocab.size, cfg.dim), corpus.vocab, {}
+    for p in (32, cfg.batch_words):
+        batch = batches.build(corpus.stream, voc, cfg, 0, lo, min(len(corpus.stream), lo + p))
+        step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+        seconds[p] = _owner_seconds(model, step.keys, [len(step.keys)], step.sgd, CappedAdd(cfg.update_cap))
     per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
     per_step = max(0.0, seconds[32] - 32 * per_position)
     return plan.Compute(per_step, per_position, f"its rows' gather and add for 32 and {cfg.batch_words:,} "
@@ -157,7 +189,7 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
     each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds, the hot
     block's bytes a node sends into the allreduce each super-step, words/s. The next super-step's examples and
-    table (``other[0]``: :func:`measure_other`) are built while the exchange waits (training.Ahead.fill), so
+    table (``other[0]``: :func:`measure_prepare`) are built while the exchange waits (training.Ahead.fill), so
     they add only what the exchange does not cover."""
     words_per_position = corpus.vocab.raw_words / len(corpus.stream)
     prepare, rows_work = other
@@ -244,18 +276,18 @@ def main(argv=None):
                     s = superstep_for(n * args.threads) if spec == "auto" else spec
                     # train's merge for the row's V and S
                     c = replace(cfg, superstep=s, shards=1, merge_clip=merge_clip_for(n * args.threads, s))
-                    for sources in {1, n}:
-                        if (s, sources, c.merge_clip) not in measured:
-                            measured[s, sources, c.merge_clip] = measure_other(corpus, c, args.threads, sources)
-                            say(f"localplan: S {s:,}: {measured[s, sources, c.merge_clip][2]}")
-                    if s not in measured:
-                        measured[s] = measure_thread(corpus, c)
-                        say(f"localplan: S {s:,}: {measured[s][1]}")
-                    # the examples' work is the same on any P and merge: one measurement for every row of this S
-                    prepare = measured.setdefault((s, "prepare"), measured[s, 1, c.merge_clip][0])
-                    one_node = prepare, measured[s, 1, c.merge_clip][1]
-                    per_position, other = measured[s][0], (prepare, measured[s, n, c.merge_clip][1])
-                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [], one_node)["words"]
+                    if s not in measured:  # the SGD and the examples: the same on any P and merge
+                        measured[s] = measure_thread(corpus, c), measure_prepare(corpus, c, args.threads)
+                        say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][1]}")
+                    for p in {1, n}:
+                        if (s, p, c.merge_clip) not in measured:
+                            measured[s, p, c.merge_clip] = measure_owner(corpus, c, p, args.threads,
+                                                                         range(args.samples))
+                            say(f"localplan: S {s:,}: {measured[s, p, c.merge_clip][1]}")
+                    per_position, prepare = measured[s][0][0], measured[s][1][0]
+                    other = prepare, measured[s, n, c.merge_clip][0]
+                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [],
+                                  (prepare, measured[s, 1, c.merge_clip][0]))["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
                                                     args.exact_steps, exact_around) if exact_compute else float("nan")
