@@ -44,6 +44,7 @@ from .errors import UserError
 from .localsgd import merge_rule, superstep_plan
 from .shard import RowPlan
 from .training import CappedAdd, StepPlan
+from .wording import counted
 
 SAMPLED_NODES = 3  # nodes whose StepPlan is built at each sampled super-step
 
@@ -149,7 +150,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples):
     Why one thread: training runs these passes on the node's threads, but on this 2-core host they ran no
     faster on 2 threads than on 1 when they followed each other as in a super-step (each thread reading rows
     the other had just written), so the time of one thread is what is claimed."""
-    model, merge, busiest, entries = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg), [], []
+    model, merge, busiest, entries, distinct = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg), [], [], []
     for at in samples:
         steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
         ends = [np.cumsum(step.owned) for step in steps]
@@ -160,11 +161,13 @@ def measure_owner(corpus, cfg, nodes, threads, samples):
             sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
             seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge))
             entries.append(len(keys))
+            distinct.append(len(np.unique(keys)))
         busiest.append(max(seconds))
     seconds = float(np.mean(busiest))
     merged = f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum"
-    return seconds, (f"an owner's rows' gather and add on {nodes:,} nodes ({merged}; {np.mean(entries):,.0f} rows "
-                     f"from {nodes:,} sources) {seconds * 1e3:,.2f} ms on one thread here")
+    return seconds, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
+                     f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
+                     f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on one thread here")
 
 
 def measure_exact_other(corpus, cfg):
