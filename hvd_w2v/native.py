@@ -308,15 +308,16 @@ class Blocks:
     ``buffer`` (float32[n, d], as the exchange receives them), but for source ``own``'s, the array ``mine``
     (its place in ``buffer`` unused: a rank's own block is not moved, exchange.Exchange.scatter).
 
-    Why not a list of arrays: a view and a pointer per source cost about 1.5 us each in Python, a third of a
-    millisecond a super-step on 256 ranks; here the pointers are one numpy sum."""
+    Why not a list of arrays: a view and a ctypes pointer per source is Python work per source and per
+    super-step, which grows with the rank count; here the pointers are one numpy sum."""
 
     def __init__(self, buffer, counts, own=-1, mine=None):
         self.buffer, self.counts, self.own, self.mine = buffer, np.ascontiguousarray(counts, np.int64), own, mine
 
     @classmethod
     def of(cls, blocks):
-        """``blocks`` as Blocks: itself, or a list of arrays, each a source's (copied into one buffer)."""
+        """``blocks`` as Blocks: itself, or a list of one array or more, each a source's (copied into one
+        buffer)."""
         if isinstance(blocks, cls):
             return blocks
         return cls(blocks[0] if len(blocks) == 1 else np.concatenate(blocks), [len(b) for b in blocks])
