@@ -145,7 +145,8 @@ def measure_owner(corpus, cfg, nodes, threads, samples):
     under the merge ``cfg`` trains with): the rows every node asks of it and their deltas, one source a node,
     from every node's StepPlan at the ``samples`` (sampled super-steps), so that a row several nodes touch
     comes from each, as it does in training. Seconds on one thread here, the busiest of SAMPLED_NODES owners at
-    each sample, averaged over the samples; and how they were measured.
+    each sample, averaged over the samples; and how they were measured. Every row counts, hot or not: with
+    --hot-rows H the hot rows' add is the allreduce's, so the figure is an upper bound there.
 
     Why one thread: training runs these passes on the node's threads, but on this 2-core host they ran no
     faster on 2 threads than on 1 when they followed each other as in a super-step (each thread reading rows
