@@ -130,7 +130,7 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
 }
 
 // The clipped merge's scatter (localsgd.ClippedMerge) in one call: the same entries as add_sources, but each
-// row's updates are first summed over the sources in source order (from zeros), the sum scaled by the cap's
+// row's updates are first summed over the sources in source order, the sum scaled by the cap's
 // min(1, cap / max(m, 1)), m the row's summed sgd, then scaled down to an L2 norm of at most ``clip``, and
 // added. On ``threads`` threads, each the owner of every threads-th block of ROW_BLOCK table rows, as in
 // add_sources: each lists its entries, gives its rows places in a buffer of their sums (a hash of its own:
