@@ -29,6 +29,8 @@ def test_shard_local_super_steps_are_timed_too(corpus):
     for sg in (True, False):
         seconds = phases.measure(corpus, sg, 2, steps=5, batch_words=1024, shards=4, superstep=256)
         assert set(seconds) == set(phases.PHASES) and all(0 < s < 1 for s in seconds.values()), seconds
+        for builder in (False, True):  # whole super-steps, with the builder on a thread of its own too
+            assert 0 < phases.whole_step(corpus, sg, 1, 5, 1024, builder, shards=4, superstep=256) < 1
 
 
 def test_the_maths_threads_are_timed_inside_the_call(corpus):

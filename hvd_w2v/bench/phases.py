@@ -29,9 +29,9 @@ change what a phase costs), and every step trains it, so the rows' values move a
 set-up on the calling thread alone, the waits at the call's two meetings (after the marks, after the
 centres), and the work between them. That is where the threads wait on each other.
 
-``--builder-thread`` also times whole steps (whole_step): as training runs them, and in a design the trainer
-does not use, the examples and tables built one step ahead on a Python thread of their own while the loop's
-thread runs the rest.
+``--builder-thread`` also times whole steps (whole_step), super-steps with ``--shards``: as training runs
+them, and in a design the trainer does not use, the examples and tables built one step ahead on a Python
+thread of their own while the loop's thread runs the rest.
 """
 import argparse
 import os
@@ -159,17 +159,18 @@ def maths_waits(corpus, sg, threads, steps, batch_words):
     return ((seconds - start) / (steps - skip) * 1e6).tolist()
 
 
-def whole_step(corpus, sg, threads, steps, batch_words, builder=False):
-    """Seconds a whole step takes, the median over ``steps`` steps of one rank, Python included: as training
-    runs it (``builder`` False: each step's examples and table built, then its rows gathered, its maths and
-    its add, every phase on ``threads`` threads in turn), or (``builder`` True) a design the trainer does not
-    use, measured to weigh it: the examples and tables built one step ahead on a Python thread of their own
-    (its compiled calls on one thread each, the GIL released in them) while the loop's thread gathers,
-    computes and adds on ``threads`` threads."""
+def whole_step(corpus, sg, threads, steps, batch_words, builder=False, shards=0, superstep=4096):
+    """Seconds a whole step (super-step with ``shards``) takes, the median over ``steps`` steps of one rank,
+    Python included: as training runs it (``builder`` False: each step's examples and table built, then its
+    rows gathered, its maths and its add, every phase on ``threads`` threads in turn), or (``builder`` True) a
+    design the trainer does not use, measured to weigh it: the examples and tables built one step ahead on a
+    Python thread of their own (its compiled calls on one thread each, the GIL released in them) while the
+    loop's thread gathers, computes and adds on ``threads`` threads. (Shard-local SGD's vectors do not depend
+    on the threads, so there the choice would change no result.)"""
     import queue
     import threading
 
-    rank = _Rank(corpus, sg, threads, batch_words)
+    rank = _Rank(corpus, sg, threads, batch_words, shards, superstep)
     steps = min(steps, rank.steps)
 
     def build(done, on):
@@ -205,8 +206,8 @@ def main(argv=None):
                    help="also whole steps, as training runs them and with the builder on a thread of its own "
                         "(whole_step)")
     args = p.parse_args(argv)
-    if args.shards and (args.waits or args.builder_thread):
-        p.error("--waits and --builder-thread time the exact step's maths: not with --shards")
+    if args.shards and args.waits:
+        p.error("--waits times the exact step's maths: not with --shards")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -250,7 +251,7 @@ def main(argv=None):
             ways += [(f"builder thread + {t}", t, True) for t in sorted({1, max(max(counts) - 1, 1)})]
             ref = None
             for name, t, ahead in ways:
-                value = whole_step(corpus, sg, t, args.steps, args.batch_words, builder=ahead)
+                value = whole_step(corpus, sg, t, args.steps, args.batch_words, ahead, args.shards, args.superstep)
                 ref = ref or value
                 print(f"{name:<22}{value * 1e6:>8,.0f}{ref / value:>6.2f}x")
 
