@@ -112,7 +112,7 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
     int64_t m = 0;
     for (int64_t i = 0; i < n; ++i) {  // no branch: whose row it is follows no pattern
       mine[m] = i;
-      m += (rows[i] / ROW_BLOCK) % team == t;
+      m += team == 1 || (rows[i] / ROW_BLOCK) % team == t;
     }
     mine.resize(m);
     for (int64_t i : mine) total[rows[i]] += sgd[i];
@@ -151,7 +151,7 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
     int64_t m = 0;
     for (int64_t i = 0; i < n; ++i) {
       mine[m] = i;
-      m += (rows[i] / ROW_BLOCK) % team == t;
+      m += team == 1 || (rows[i] / ROW_BLOCK) % team == t;
     }
     mine.resize(m);
     int64_t buckets = 16;
