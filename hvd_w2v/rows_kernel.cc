@@ -48,6 +48,19 @@ inline bool inside(const int64_t* rows, int64_t n, int64_t table_rows) {
   return ok;
 }
 
+// The entries i < n whose row thread t of ``team`` owns (every team-th block of ROW_BLOCK table rows), in
+// order: the owners' adds give each row to one thread, so each row is still added source by source.
+std::vector<int64_t> owned_entries(const int64_t* rows, int64_t n, int64_t team, int64_t t) {
+  std::vector<int64_t> mine(n);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {  // no branch: whose row it is follows no pattern
+    mine[m] = i;
+    m += team == 1 || (rows[i] / ROW_BLOCK) % team == t;
+  }
+  mine.resize(m);
+  return mine;
+}
+
 }  // namespace
 
 extern "C" {
@@ -108,13 +121,8 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
-    std::vector<int64_t> mine(n);  // the entries i whose row this thread owns, in order
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i) {  // no branch: whose row it is follows no pattern
-      mine[m] = i;
-      m += team == 1 || (rows[i] / ROW_BLOCK) % team == t;
-    }
-    mine.resize(m);
+    const std::vector<int64_t> mine = owned_entries(rows, n, team, t);
+    const int64_t m = mine.size();
     for (int64_t i : mine) total[rows[i]] += sgd[i];
     int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
     for (int64_t k = 0; k < m; ++k) {
@@ -147,13 +155,8 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
-    std::vector<int64_t> mine(n);  // the entries i whose row this thread owns, in order
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      mine[m] = i;
-      m += team == 1 || (rows[i] / ROW_BLOCK) % team == t;
-    }
-    mine.resize(m);
+    const std::vector<int64_t> mine = owned_entries(rows, n, team, t);
+    const int64_t m = mine.size();
     int64_t buckets = 16;
     while (buckets < 2 * m) buckets *= 2;
     std::vector<int64_t> keyed(buckets, -1);  // open addressing: a table row, or -1

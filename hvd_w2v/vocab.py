@@ -23,7 +23,8 @@ Memory per rank (8-byte words):
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
   bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. Each
   reader (corpus.readers: one, or one a .gz file) holds two blocks (one read ahead). The memory plan gives
-  the owner's counts in either form (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text passes before training").
+  the owner's counts in either form (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text
+  passes before training").
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
