@@ -49,15 +49,23 @@ inline bool inside(const int64_t* rows, int64_t n, int64_t table_rows) {
 }
 
 // The entries i < n whose row thread t of ``team`` owns (every team-th block of ROW_BLOCK table rows), in
-// order: the owners' adds give each row to one thread, so each row is still added source by source.
+// order: the owners' adds give each row to one thread, so each row is still added source by source. Counted
+// first, so that each thread holds its own entries' indices alone (8 B an entry over the team, not a thread).
 std::vector<int64_t> owned_entries(const int64_t* rows, int64_t n, int64_t team, int64_t t) {
-  std::vector<int64_t> mine(n);
-  int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i) {  // no branch: whose row it is follows no pattern
-    mine[m] = i;
-    m += team == 1 || (rows[i] / ROW_BLOCK) % team == t;
+  const uint32_t of = static_cast<uint32_t>(team), me = static_cast<uint32_t>(t);
+  auto owned = [&](int64_t i) { return team == 1 || static_cast<uint32_t>(rows[i] / ROW_BLOCK) % of == me; };
+  int64_t m = n;
+  if (team > 1) {
+    m = 0;
+    for (int64_t i = 0; i < n; ++i) m += owned(i);
   }
-  mine.resize(m);
+  std::vector<int64_t> mine(m + 1);  // one more: the loop below writes a place past the last entry
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) {  // no branch: whose row it is follows no pattern
+    mine[k] = i;
+    k += owned(i);
+  }
+  mine.pop_back();
   return mine;
 }
 

@@ -73,6 +73,30 @@ def test_hash64_is_blake2b(lib):
         assert native.hash_words(lib, blob, lengths, threads).tolist() == [vocab.hash64(w) for w in words]
 
 
+def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
+    """The count's per-thread near tables (text_kernel.cc, Counts::near) fill up within a segment in both texts:
+    in the Zipf-like one they pay and are emptied into the owners again and again, in the flat one they do not
+    and are set aside. Words of every length around the inline 8 bytes; one call with many segments and
+    several calls. The same counts on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(0)
+    names = [("w" * int(k % 13)) + str(k) for k in range(200_000)]  # 1 to 18 bytes
+    zipf = rng.zipf(1.1, 900_000) % 60_000
+    flat = rng.integers(0, 200_000, 500_000)
+
+    def counted(text, threads, calls):
+        counts = native.Counts(lib, threads)
+        cuts = [0] + [text.index(b" ", len(text) * k // calls) + 1 for k in range(1, calls)] + [len(text)]
+        tokens = sum(counts.add_text(text, lo, hi) for lo, hi in zip(cuts, cuts[1:]))
+        words, lengths, values, _, _ = counts.take(1, keep=False, hashed=False)
+        return tokens, dict(zip(vocab.split_words(words, lengths), values.tolist()))
+
+    for ids in (zipf, flat):
+        text = " ".join(names[k] for k in ids.tolist()).encode()
+        expected = {w.encode(): c for w, c in zip(*np.unique([names[k] for k in ids.tolist()], return_counts=True))}
+        for threads, calls in ((1, 1), (2, 1), (3, 1), (2, 5)):
+            assert counted(text, threads, calls) == (len(ids), expected), (threads, calls)
+
+
 def python_offset(block):
     """corpus._check_text's verdict, as (kind, offset)."""
     try:
