@@ -74,10 +74,10 @@ def test_hash64_is_blake2b(lib):
 
 
 def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
-    """The count's per-thread near tables (text_kernel.cc, Counts::near) fill up within a segment in both texts:
-    in the Zipf-like one they pay and are emptied into the owners again and again, in the flat one they do not
-    and are set aside. Words of every length around the inline 8 bytes; one call with many segments and
-    several calls. The same counts on 1, 2 and 3 threads."""
+    """The count on several threads hands each token to the thread whose table owns its word, a segment
+    (text_kernel.cc's SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in
+    several, Zipf-like (most tokens a few frequent words) and flat (most words new), words of 1 to 18 bytes
+    (around the 8 that travel inline). The same counts on 1, 2 and 3 threads."""
     rng = np.random.default_rng(0)
     names = [("w" * int(k % 13)) + str(k) for k in range(200_000)]  # 1 to 18 bytes
     zipf = rng.zipf(1.1, 900_000) % 60_000
