@@ -44,10 +44,16 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         error = f"cannot write {path}.tmp on {where}: {e.strerror}"
     comm.agree(error)  # mpi4py: every rank's outcome; all leave here together on failure
     pieces = corpus.split(paths, comm.size)[comm.rank]
-    shown = progress.Reading("encode", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
     lib = native.text_kernel()
-    readers = corpus.readers(pieces, comm.threads) if lib is not None else 1
-    if lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
+    provisional = vocab.provisional if comm.size == 1 else None
+    shown = (progress.Reading("encode", pieces, log, threads=comm.threads)
+             if reading and comm.rank == 0 and provisional is None else None)
+    readers = corpus.readers(pieces, comm.threads) if lib is not None and provisional is None else 1
+    if provisional is not None:  # counted in one pass (vocab.build's ``numbered``): its numbers turned into ids
+        numbers, ids = provisional
+        blocks = ((0, stream) for stream in numbers.streams(lib, ids, SENTENCE_END))
+        part = lambda comm, vocab, stream: stream  # noqa: E731
+    elif lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
         blocks = corpus.read_ahead(pieces, readers, shown)  # checked there, 1 thread a block
         part = CompiledPart(comm, lib, vocab)
     else:
@@ -83,6 +89,9 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
         error = error or f"cannot write {path}.tmp on {where}: {e.strerror or e}"
     if apart is not None:
         apart.remove()
+    if provisional is not None:
+        provisional[0].remove()
+        vocab.provisional = provisional = None  # its ids by number, not needed in training
     # mpi4py: every rank's shard length and error. Shards replace those of an earlier run only when every
     # rank's is complete, and rank 0 writes the index only when every shard is in place.
     parts = comm.allgather((written, error))
@@ -172,6 +181,48 @@ class PieceIds:
             except OSError:
                 pass
         self.made.clear()
+
+
+class Provisional(PieceIds):
+    """The id stream counted in one pass on one rank (vocab.build's ``numbered``), kept until the vocabulary
+    is known: each piece's stream of provisional numbers (native.Counts.add_numbered, int32, 4 B a token or
+    newline) in a file of its own beside the shard, ``{folder}/numbers.{i:06d}``, as :class:`PieceIds` keeps
+    pieces read at once. :meth:`streams` turns them into ids, piece after piece, a chunk at a time."""
+
+    CHUNK = 1 << 22  # numbers read and turned into ids at a time: 16 MiB
+
+    def __init__(self, folder, readers):
+        super().__init__(os.path.join(folder, "numbers"), readers)
+        self.folder, self.made_folder = folder, False
+
+    def write(self, i, numbers):
+        if not self.made_folder and not os.path.isdir(self.folder):  # made on first use, removed with the files
+            os.makedirs(self.folder)
+            self.made_folder = True
+        super().write(i, numbers)
+
+    def remove(self):
+        """Close and remove the pieces' files, and the folder if this made it and nothing else is in it."""
+        super().remove()
+        if self.made_folder:
+            try:
+                os.rmdir(self.folder)
+            except OSError:
+                pass
+
+    def streams(self, lib, ids, sentence_end):
+        """The id stream in chunks (int32 arrays), in piece order: number x as ``ids[x]`` (-1: dropped), -1 as
+        ``sentence_end`` (native.remap). Removes each piece's file once read."""
+        self.close()
+        for i in sorted(self.made):
+            with open(self.name(i), "rb") as f:
+                while True:
+                    numbers = np.fromfile(f, np.int32, self.CHUNK)
+                    if not len(numbers):
+                        break
+                    yield native.remap(lib, numbers, ids, sentence_end)
+            os.remove(self.name(i))
+            self.made.discard(i)
 
 
 def python_part(comm, vocab, block):

@@ -49,6 +49,7 @@ class TextPasses:
 
     count_read: int  # per byte of the block being read, while counting: blocks read ahead, the part's tokens
     encode_read: int  # per byte of the block, while encoding: blocks, and the block's ids (compiled) or lists (Python)
+    numbered_read: int  # per byte of the block, while counting on one rank: its provisional stream (one pass)
     owned_word: int  # per distinct token a rank hash-owns while counting (beside the compiled table's slots)
     lookup_word: int  # per word of the encoding's word -> id table, beyond the words it keeps (and the slots)
     asked_word: int  # P > 1: per distinct word of a block, asked of its hash owner (words, numbers, answers)
@@ -81,8 +82,10 @@ class TextPasses:
 #   files on 1 rank, 2 threads (2 readers), against the same text as one .gz file (1 reader), two runs of
 #   `bench.memory_probes passes` each: 23.2 and 24.1 MiB more while counting (3 blocks), 2.8 and 7.9 while
 #   encoding.
-COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8, asked_word=84, word=89,
-                      thread=16 * MIB, reader=3, tables=True)
+# - numbered_read: on one rank the count also writes each block's stream of provisional numbers (int32, one
+#   per byte of the block at most: vocab.build's ``numbered``, encoding in the same pass), 4 B a byte.
+COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, owned_word=14, lookup_word=8, asked_word=84,
+                      word=89, thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
 # - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
 #   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
@@ -91,8 +94,8 @@ COMPILED = TextPasses(count_read=5, encode_read=7, owned_word=14, lookup_word=8,
 #   corpus before) and 54 B a word (the dict's last growth, and the lists it is made from).
 # - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
 # - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
-PYTHON = TextPasses(count_read=2, encode_read=18, owned_word=100, lookup_word=54, asked_word=82, word=89 + 144,
-                    thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
+PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, owned_word=100, lookup_word=54, asked_word=82,
+                    word=89 + 144, thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
@@ -132,11 +135,13 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, 
     """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
     reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
     (vocab.PARTIAL_BYTES), and the owned counts. On one rank its ``threads`` tables are the owned ones
-    (vocab.count), else one table."""
+    (vocab.count), else one table; and with the compiled passes, the block's provisional stream (the encoding
+    in the same pass, passes.numbered_read; planned whether or not the job encodes)."""
     own = passes.owned_word * owned
     if passes.tables:
         own += table_bytes(owned, threads if ranks == 1 else 1)
-    return (reading_bytes(passes.count_read, ranks, threads, corpus_bytes, readers, passes)
+    read = passes.count_read + (passes.numbered_read if ranks == 1 else 0)
+    return (reading_bytes(read, ranks, threads, corpus_bytes, readers, passes)
             + (PARTIAL_BYTES if ranks > 1 else 0) + own)
 
 

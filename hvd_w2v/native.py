@@ -499,9 +499,11 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_check_text": ([P, I64, I64, P], I64),
                   "hvd_w2v_counts_new": ([I64], P), "hvd_w2v_counts_free": ([P], None),
                   "hvd_w2v_counts_add_text": ([P, P, I64], I64),
+                  "hvd_w2v_counts_add_numbered": ([P, P, I64, P, I64, P], I64),
+                  "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32], I64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
-                  "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64], None),
+                  "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
                   "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
                   "hvd_w2v_encode_local": ([P, P, I64, I64, P, I64, ctypes.c_int32], I64),
@@ -597,6 +599,18 @@ class Counts:
             return 0
         return self.lib.hvd_w2v_counts_add_text(self.handle, _text(block) + start, end - start)
 
+    def add_numbered(self, block, file_end, out=None):
+        """Count the tokens of ``block`` (bytes of checked text, whole tokens at both ends) and number them:
+        returns (tokens, the block's stream in provisional numbers: int32, each token's word as
+        :meth:`take`'s ``numbered`` gives it, -1 for each newline and once more at ``file_end``), the stream a
+        view of ``out`` (int32, reused when it has room for len(block) + 1)."""
+        if out is None or len(out) < len(block) + 1:
+            out = np.empty(len(block) + 1, np.int32)
+        tokens = ctypes.c_int64()
+        m = self.lib.hvd_w2v_counts_add_numbered(self.handle, _text(block), len(block), out.ctypes.data,
+                                                 int(bool(file_end)), ctypes.byref(tokens))
+        return tokens.value, out[:m]
+
     def add_words(self, words, lengths, counts):
         """Add ``counts`` (int64) of the words laid out in ``words`` (uint8) by ``lengths`` (int64)."""
         words, lengths = _words(words, lengths)
@@ -610,23 +624,35 @@ class Counts:
         """Distinct words summed over the threads' tables."""
         return self.lib.hvd_w2v_counts_size(self.handle)
 
-    def take(self, ranks, keep=True, hashed=True):
+    def take(self, ranks, keep=True, hashed=True, numbered=False):
         """The counts ordered by hash owner among ``ranks``, as (words uint8, lengths int64, counts int64,
         hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``).
-        Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner)."""
+        Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner). ``numbered``: and
+        each word's provisional number (int64, :meth:`add_numbered`'s) after them."""
         size = ctypes.c_int64()
         n = self.lib.hvd_w2v_counts_sizes(self.handle, ctypes.byref(size))
         words, lengths = np.empty(size.value, np.uint8), np.empty(n, np.int64)
         counts, hashes, per_dest = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(ranks, np.int64)
+        numbers = np.empty(n, np.int64) if numbered else None
         self.lib.hvd_w2v_counts_export(self.handle, ranks, self.threads, words.ctypes.data, lengths.ctypes.data,
                                        counts.ctypes.data, hashes.ctypes.data if hashed else None,
-                                       per_dest.ctypes.data, int(keep))
-        return words, lengths, counts, hashes, per_dest
+                                       per_dest.ctypes.data, int(keep), numbers.ctypes.data if numbered else None)
+        return (words, lengths, counts, hashes, per_dest) + ((numbers,) if numbered else ())
 
     def __del__(self):
         if getattr(self, "handle", None):
             self.lib.hvd_w2v_counts_free(self.handle)
             self.handle = None
+
+
+def remap(lib, numbers, ids, sentence_end):
+    """The id stream of ``numbers`` (int32, Counts.add_numbered's), in place: number x becomes ``ids[x]``
+    (int32; -1: dropped), -1 becomes ``sentence_end``. Returns the stream, a view of ``numbers``."""
+    numbers, ids = np.ascontiguousarray(numbers, np.int32), np.ascontiguousarray(ids, np.int32)
+    m = lib.hvd_w2v_remap(numbers.ctypes.data, len(numbers), ids.ctypes.data, len(ids), sentence_end)
+    if m < 0:
+        raise ValueError(f"a provisional number outside [-1, {len(ids)})")
+    return numbers[:m]
 
 
 class WordIds:

@@ -215,7 +215,9 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     ``limit``: bytes per rank (--max-memory-per-rank) or None; with the limits the job runs under
     (:func:`memory_limit`), the count refuses, on every rank, before the counts a rank hash-owns outgrow them
     (memory.CountingLimit), and the plan before anything is written to ``out``. ``quiet``: no progress lines
-    while the text is read."""
+    while the text is read. On one rank with the compiled passes, a job that encodes (``stage`` "encode" or
+    "train") counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for
+    :func:`encode` (vocab.build's ``numbered``)."""
     from . import export as export_mod
     from . import memory, native, runfolder, vocab
     from .comm import log
@@ -234,8 +236,19 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
         passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
         counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes,
                                         most_readers(paths, comm.size, comm.threads))
-    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting)
-    the_plan = memory_plan(comm, cfg, voc, paths, cap, stage)
+    numbered = None
+    if stage != "vocab" and comm.size == 1 and native.text_kernel() is not None:
+        from .corpus import readers, split
+        from .encode import Provisional
+
+        numbered = Provisional(os.path.join(into or out, "ids"), readers(split(paths, 1)[0], comm.threads))
+    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered)
+    try:
+        the_plan = memory_plan(comm, cfg, voc, paths, cap, stage)
+    except BaseException:  # a refusal: the stream counted in one pass is not kept
+        if numbered is not None:
+            numbered.remove()
+        raise
     name = os.path.join(into or out, "vocab.txt")
     export_mod.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
     say(f"vocab: {os.path.join(out, 'vocab.txt')}")

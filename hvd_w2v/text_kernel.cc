@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -353,6 +354,11 @@ class Table {
     return at(word, n, quick_hash(word, n), init);
   }
 
+  // The number (order of first sight) of the word whose value ``at`` returned.
+  static uint32_t number_of(const int64_t& value) {
+    return reinterpret_cast<const Slot*>(reinterpret_cast<const char*>(&value) - offsetof(Slot, value))->number;
+  }
+
   // The value of ``word`` (hash ``h``), or ``missing``.
   int64_t find(const unsigned char* word, uint32_t n, uint64_t h, int64_t missing) const {
     return find(word, n, h, n <= 8 ? inline_word(word, n) : 0, missing);
@@ -560,6 +566,7 @@ struct Counts {
   struct Token {
     const unsigned char* at;
     uint64_t hash;
+    int32_t* number;  // where the token's number goes (hvd_w2v_counts_add_numbered), or null
     uint32_t length;
   };
   std::vector<std::vector<std::vector<Token>>> found;  // [finder][table]
@@ -570,8 +577,85 @@ inline int64_t part_of(uint64_t h, int64_t parts) {
 }
 
 // Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
-// (24 B a token) whatever the text's size.
+// (32 B a token) whatever the text's size.
 constexpr int64_t SEGMENT_BYTES = 1 << 20;
+
+// hvd_w2v_counts_add_text and hvd_w2v_counts_add_numbered: the tokens of text[0, n) counted, their number in
+// *tokens; with ``out``, the block's provisional numbers written there, their count returned. On more than one
+// thread each part of a segment writes its numbers from its own first byte's place in ``out`` (a part has fewer
+// tokens and newlines than bytes) and an owner writes those of the tokens handed to it in their places; the
+// parts are then moved together.
+int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out, int64_t* tokens) {
+  const int64_t parts = c.tables.size();
+  int64_t m = 0;
+  *tokens = 0;
+  if (parts == 1) {
+    Table& table = c.tables[0];
+    if (!out) {
+      *tokens = batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
+        ++table.at(text + at, length, h, x, 0);
+      }, [] {});
+      return 0;
+    }
+    *tokens = batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
+      int64_t& count = table.at(text + at, length, h, x, 0);
+      ++count;
+      out[m++] = static_cast<int32_t>(Table::number_of(count));
+    }, [&] { out[m++] = -1; });
+    return m;
+  }
+  std::vector<int64_t> written(parts);
+  for (int64_t lo = 0; lo < n;) {
+    int64_t hi = std::min(n, lo + SEGMENT_BYTES * parts);
+    while (hi < n && !WS.is[text[hi - 1]]) ++hi;
+    std::vector<int64_t> at = cuts(text + lo, hi - lo, parts);
+    int64_t found = 0;
+#pragma omp parallel num_threads(parts) reduction(+ : found)
+    {
+      const int64_t t = omp_get_thread_num();
+      Table& table = c.tables[t];
+      auto& mine = c.found[t];
+      for (auto& f : mine) f.clear();
+      int32_t* o = out ? out + lo + at[t] : nullptr;
+      int64_t k = 0;
+      found = batched_tokens(table, text, lo + at[t], lo + at[t + 1],
+                             [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+        const int64_t p = part_of(h, parts);
+        if (p == t) {
+          int64_t& count = table.at(text + start, length, h, x, 0);
+          ++count;
+          if (o) o[k++] = static_cast<int32_t>(t + parts * Table::number_of(count));
+        } else {
+          mine[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
+        }
+      }, [&] {
+        if (o) o[k++] = -1;
+      });
+      written[t] = k;
+#pragma omp barrier
+      constexpr int AHEAD = 8;
+      for (int64_t f = 0; f < parts; ++f) {
+        if (f == t) continue;
+        const auto& list = c.found[f][t];
+        const int64_t size = list.size();
+        for (int64_t i = 0; i < size; ++i) {
+          if (i + AHEAD < size) table.prefetch(list[i + AHEAD].hash);
+          int64_t& count = table.at(list[i].at, list[i].length, list[i].hash);
+          ++count;
+          if (list[i].number) *list[i].number = static_cast<int32_t>(t + parts * Table::number_of(count));
+        }
+      }
+    }
+    *tokens += found;
+    if (out)
+      for (int64_t t = 0; t < parts; ++t) {
+        std::memmove(out + m, out + lo + at[t], written[t] * sizeof(int32_t));
+        m += written[t];
+      }
+    lo = hi;
+  }
+  return m;
+}
 
 }  // namespace
 
@@ -592,50 +676,21 @@ void hvd_w2v_counts_free(void* counts) { delete static_cast<Counts*>(counts); }
 // its part of the segment into tokens and adds those its own table owns at once, then each adds those the
 // other threads found for it. Returns the tokens.
 int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n) {
-  Counts& c = *static_cast<Counts*>(counts);
-  const int64_t parts = c.tables.size();
-  if (parts == 1) {
-    Table& table = c.tables[0];
-    return batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
-      ++table.at(text + at, length, h, x, 0);
-    }, [] {});
-  }
-  int64_t total = 0;
-  for (int64_t lo = 0; lo < n;) {
-    int64_t hi = std::min(n, lo + SEGMENT_BYTES * parts);
-    while (hi < n && !WS.is[text[hi - 1]]) ++hi;
-    std::vector<int64_t> at = cuts(text + lo, hi - lo, parts);
-#pragma omp parallel num_threads(parts)
-    {
-      const int64_t t = omp_get_thread_num();
-      Table& table = c.tables[t];
-      auto& mine = c.found[t];
-      for (auto& f : mine) f.clear();
-      int64_t k = batched_tokens(table, text, lo + at[t], lo + at[t + 1],
-                                 [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
-        const int64_t p = part_of(h, parts);
-        if (p == t)
-          ++table.at(text + start, length, h, x, 0);
-        else
-          mine[p].push_back({text + start, h, length});
-      }, [] {});
-#pragma omp atomic
-      total += k;
-#pragma omp barrier
-      constexpr int AHEAD = 8;
-      for (int64_t f = 0; f < parts; ++f) {
-        if (f == t) continue;
-        const auto& list = c.found[f][t];
-        const int64_t m = list.size();
-        for (int64_t i = 0; i < m; ++i) {
-          if (i + AHEAD < m) table.prefetch(list[i + AHEAD].hash);
-          ++table.at(list[i].at, list[i].length, list[i].hash);
-        }
-      }
-    }
-    lo = hi;
-  }
-  return total;
+  int64_t tokens = 0;
+  count_text(*static_cast<Counts*>(counts), text, n, nullptr, &tokens);
+  return tokens;
+}
+
+// hvd_w2v_counts_add_text, which also writes into ``out`` (int32, n + 1 at least) the block's stream in
+// provisional numbers: each token's word as table t's number k of it (order of first sight), t + k x threads,
+// -1 for each newline and once more when ``file_end``, in text order (the encoding in one pass on one rank:
+// the numbers are turned into ids by hvd_w2v_remap once the vocabulary is known). Returns how many it wrote;
+// the tokens in *tokens.
+int64_t hvd_w2v_counts_add_numbered(void* counts, const unsigned char* text, int64_t n, int32_t* out,
+                                    int64_t file_end, int64_t* tokens) {
+  int64_t m = count_text(*static_cast<Counts*>(counts), text, n, out, tokens);
+  if (file_end) out[m++] = -1;
+  return m;
 }
 
 // Adds n words (``lengths`` bytes each, laid end to end in ``words``) with their ``counts`` (a round's, at
@@ -677,10 +732,11 @@ int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
 
 // The words ordered by hash owner among ``ranks`` (in no other order): their bytes end to end, lengths, counts,
 // hashes (vocab.hash64) and how many go to each rank (``per_dest`` int64[ranks]); ``hashes`` null: all to
-// rank 0, unhashed (one rank: its words below min_count need none). Then empties the counts, keeping their
+// rank 0, unhashed (one rank: its words below min_count need none); ``numbers`` (or null): each word's
+// provisional number (hvd_w2v_counts_add_numbered). Then empties the counts, keeping their
 // memory when ``keep`` (a round follows), else returning it.
 void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
-                           int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep) {
+                           int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep, int64_t* numbers) {
   auto& tables = static_cast<Counts*>(counts)->tables;
   std::vector<const Table::Slot*> slot;
   std::vector<const Table*> of;
@@ -710,11 +766,13 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
     start[r + 1] += start[r];
     byte_start[r + 1] += byte_start[r];
   }
+  const int64_t parts = tables.size();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = owner(i), k = start[r]++;
     lengths[k] = slot[i]->length;
     values[k] = slot[i]->value;
     if (hashes) hashes[k] = h[i];
+    if (numbers) numbers[k] = (of[i] - tables.data()) + parts * static_cast<int64_t>(slot[i]->number);
     std::memcpy(words + byte_start[r], of[i]->word(*slot[i]), slot[i]->length);
     byte_start[r] += slot[i]->length;
   }
@@ -899,6 +957,22 @@ void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, in
     out_words += lengths[i];
     out_lengths[k] = lengths[i];
   }
+}
+
+// The id stream of n provisional numbers (hvd_w2v_counts_add_numbered), in place: number x becomes ids[x]
+// (ids: int32[size]; -1, out of the vocabulary: dropped), -1 becomes ``sentence_end``. Returns its length, or
+// -1 with ``numbers`` untouched when one lies outside [-1, size).
+int64_t hvd_w2v_remap(int32_t* numbers, int64_t n, const int32_t* ids, int64_t size, int32_t sentence_end) {
+  for (int64_t i = 0; i < n; ++i)
+    if (numbers[i] < -1 || numbers[i] >= size) return -1;
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {  // no branch on whether a word is kept: that follows no pattern
+    const int32_t x = numbers[i];
+    const int32_t id = x < 0 ? sentence_end : ids[x];
+    numbers[m] = id;
+    m += x < 0 || id >= 0;
+  }
+  return m;
 }
 
 // One rank's encoding of a block in one call, where the rank owns every word: each token's id looked up in

@@ -143,6 +143,7 @@ class Vocab:
     """What one rank knows of the vocabulary. ``size`` words, ids ``0..size-1`` in frequency order."""
 
     distinct = 0  # the corpus's distinct tokens, kept or not, as :func:`build` counted them (0: unknown)
+    provisional = None  # the stream counted in one pass and its numbers' ids (build's ``numbered``), or None
     most_owned = 0  # the most distinct tokens any rank hash-owned while counting (the memory plan's)
     block_distinct = 0  # the distinct tokens a block of text is expected to hold (0: unknown; the plan's)
 
@@ -188,9 +189,10 @@ class Counted:
     """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words, laid end
     to end, only for those kept (:meth:`kept`), so that no Python object is made for a word below min_count."""
 
-    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None):
+    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None, numbers=None):
         self.counts = counts
         self._words, self._blob, self._lengths, self.lib = words, blob, lengths, lib
+        self.numbers = numbers  # int64[n]: each word's provisional number (count's ``numbered``), or None
 
     @classmethod
     def of(cls, owned):
@@ -237,7 +239,7 @@ def gather_words(words, lengths, which):
     return words[index], picked
 
 
-def count(comm, pieces, error=None, reading=None, threads=1, limit=None):
+def count(comm, pieces, error=None, reading=None, threads=1, limit=None, numbered=None):
     """The corpus counts of the words this rank hash-owns, from every rank's ``pieces`` (collective).
 
     Returns ``(Counted, tokens read by this rank)``. ``error``: this rank's bad-input message found before
@@ -252,9 +254,15 @@ def count(comm, pieces, error=None, reading=None, threads=1, limit=None):
     those words are added. On more than one rank a round's words received are the most it can take on; on one
     rank, before each part of its text, as many more as the part before added (scaled by its bytes: a
     corpus's new words thin out as it goes on), or the part's tokens with Python's 64 KiB parts.
+
+    ``numbered`` (an encode.Provisional, or None): on one rank with the compiled passes, the encoding done in
+    the same pass: each block's stream in provisional numbers (native.Counts.add_numbered) written to it,
+    and the Counted's ``numbers`` set; elsewhere ignored (``numbers`` None).
     """
     lib = native.text_kernel()
     if lib is not None:
+        if numbered is not None and comm.size == 1:
+            return _count_numbered(lib, pieces, error, reading, threads, limit, numbered)
         return _count_compiled(comm, lib, pieces, error, reading, threads, limit)
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
@@ -331,6 +339,35 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
 
 
+def _count_numbered(lib, pieces, error, reading, threads, limit, numbered):
+    """:func:`count` on one rank with the compiled tables, each block's tokens also numbered and written, piece
+    by piece, to ``numbered`` (encode.Provisional). The same counts, limit and errors as _count_compiled's."""
+    if error:
+        raise UserError(error)
+    counts = native.Counts(lib, threads)
+    raw, added, after, out = 0, 0, 1, None  # the words the last block added, and its bytes
+    try:
+        for i, (block, file_end) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):
+            if limit:
+                error = limit(len(counts) + math.ceil(added * len(block) / after))
+                if error:
+                    raise UserError(error)
+            before = len(counts)
+            if out is None or len(out) < len(block) + 1:  # room for later blocks' ends; the old one freed first
+                out = None
+                out = np.empty(len(block) + (1 << 20), np.int32)
+            tokens, stream = counts.add_numbered(block, file_end, out)
+            numbered.write(i, stream)
+            del stream
+            raw += tokens
+            added, after = len(counts) - before, max(len(block), 1)
+    except BaseException:  # bad input, a refusal, a full disk: nothing of the stream is left
+        numbered.remove()
+        raise
+    words, lengths, values, _, _, numbers = counts.take(1, keep=False, hashed=False, numbered=True)
+    return Counted(values, blob=words, lengths=lengths, lib=lib, numbers=numbers), raw
+
+
 def _flush_compiled(comm, local, owned, limit=None):
     """_flush with native.Counts: the words travel laid end to end (collective: one round)."""
     words, lengths, counts, _, per_dest = local.take(comm.size)
@@ -397,15 +434,19 @@ def _parts(pieces, chunk_bytes, reading, threads):
             start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
+def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
     cannot read a file or sees another size than rank 0 (corpus.check_shared), or when the counts a rank
-    hash-owns outgrow ``limit`` (memory.CountingLimit, see :func:`count`)."""
+    hash-owns outgrow ``limit`` (memory.CountingLimit, see :func:`count`).
+
+    ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (one rank,
+    compiled). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
+    a word not kept), which encode.encode turns into the id stream; else None."""
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
     shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
-    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit)
+    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit, numbered=numbered)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
         raise UserError("the corpus holds no words (only whitespace)")
@@ -426,6 +467,8 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
         keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
     counts, (words, lengths) = tally.counts[keep], tally.kept(keep)
     hashes = tally.hashes(words, lengths, comm.threads)
+    # One pass (count's ``numbered``): the kept words' provisional numbers, and how many numbers there are.
+    numbers = None if tally.numbers is None else (tally.numbers[keep], int(tally.numbers.max(initial=-1)) + 1)
     del tally, keep
     size = comm.allreduce(len(lengths))
     if size < comm.size:
@@ -434,6 +477,14 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
     del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
+    provisional = None
+    if numbers is not None and numbers[1] > 2**31 - 1:  # past int32: the stream's numbers are not usable
+        numbered.remove()
+    elif numbers is not None:  # the id of each provisional number
+        ids = np.full(numbers[1], -1, np.int32)
+        ids[numbers[0]] = my_ids
+        provisional = (numbered, ids)
+    numbers = None
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
@@ -453,6 +504,7 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None):
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
     voc = Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
     voc.distinct, voc.most_owned, voc.block_distinct = distinct, most_owned, block_distinct
+    voc.provisional = provisional
     # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
     native.trim_heap()
     return voc

@@ -131,10 +131,11 @@ def test_measured_peak_is_within_15_percent_of_the_plan(tmp_path, corpus):
 
 
 def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
-    """The count's part: the reading, then the compiled table's slots (a power of two, two thirds full at most,
-    1.5 times their bytes at their last growth) and the fitted bytes of each distinct token hash-owned."""
+    """The count's part: the reading (on one rank with the block's provisional stream), then the compiled
+    table's slots (a power of two, two thirds full at most, 1.5 times their bytes at their last growth) and the
+    fitted bytes of each distinct token hash-owned."""
     passes, block = memory.COMPILED, 10 << 20
-    reading = passes.count_read * memory.BLOCK_BYTES  # a block of 8 MiB at most
+    reading = (passes.count_read + passes.numbered_read) * memory.BLOCK_BYTES  # a block of 8 MiB at most
     assert memory.block_bytes(1, block) == memory.BLOCK_BYTES and memory.block_bytes(4, block) == 10 << 18
     for owned, slots in [(10, 16), (100_000, 1 << 18), (1_000_000, 1 << 21), (2_796_202, 1 << 22),
                          (2_796_203, 1 << 23), (4_000_000, 1 << 23)]:

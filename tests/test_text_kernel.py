@@ -5,6 +5,7 @@ stream byte for byte on inputs chosen to be awkward (multi-byte UTF-8 across blo
 folder of files), on 1, 2 and 3 threads and on 3 ranks with rounds forced small."""
 import gzip
 import hashlib
+import itertools
 import os
 import random
 
@@ -123,9 +124,9 @@ def test_check_text_finds_what_python_finds(lib, bad):
         assert native.check_text(lib, good, threads) == (0, None)
 
 
-def passes(paths, threads, compiled, monkeypatch, folder):
+def passes(paths, threads, compiled, monkeypatch, folder, one_pass=False):
     """vocab.build and encode.encode on one rank, small blocks and chunks: (row words, row counts, the lookup,
-    ids)."""
+    ids); ``one_pass``: counted and encoded in one pass, as `hvd-w2v encode` and `train` do on one rank."""
     with monkeypatch.context() as m:
         m.setattr(corpus, "BLOCK_BYTES", 4096)  # blocks end inside multi-byte characters' neighbourhoods
         m.setattr(vocab, "CHUNK_BYTES", 1000)
@@ -133,7 +134,9 @@ def passes(paths, threads, compiled, monkeypatch, folder):
             m.setattr(native, "text_kernel", lambda: None)
         alone = Alone()
         alone.threads = threads
-        voc = vocab.build(alone, paths, Config(min_count=1), reading=False)
+        numbered = encode.Provisional(str(folder), corpus.readers(corpus.split(paths, 1)[0], threads))
+        voc = vocab.build(alone, paths, Config(min_count=1), reading=False, numbered=numbered if one_pass else None)
+        assert (voc.provisional is not None) == (one_pass and compiled)
         encode.encode(alone, paths, voc, folder, reading=False)
         with open(os.path.join(folder, "ids.00000.i32"), "rb") as f:
             return voc.row_words, voc.row_counts.tolist(), voc.lookup, f.read()
@@ -143,10 +146,12 @@ def test_compiled_passes_equal_python_on_one_rank(lib, files, tmp_path, monkeypa
     paths, _ = corpus.files_of([files])
     want = passes(paths, 1, False, monkeypatch, tmp_path / "python")
     assert len(want[0]) > 2000 and len(want[3]) > 40000  # the corpus is not trivial
-    for threads in (1, 2, 3):
-        got = passes(paths, threads, True, monkeypatch, tmp_path / f"compiled{threads}")
-        assert got[0] == want[0] and got[1] == want[1] and got[2] == want[2], threads
-        assert hashlib.sha256(got[3]).hexdigest() == hashlib.sha256(want[3]).hexdigest(), threads
+    for threads, one_pass in itertools.product((1, 2, 3), (False, True)):
+        folder = tmp_path / f"compiled{threads}{one_pass}"
+        got = passes(paths, threads, True, monkeypatch, folder, one_pass)
+        assert got[0] == want[0] and got[1] == want[1] and got[2] == want[2], (threads, one_pass)
+        assert hashlib.sha256(got[3]).hexdigest() == hashlib.sha256(want[3]).hexdigest(), (threads, one_pass)
+        assert sorted(os.listdir(folder)) == ["ids.00000.i32", "stream.json"]  # no number is left behind
 
 
 @pytest.mark.parametrize("content, fragment", [
@@ -159,11 +164,11 @@ def test_bad_input_same_message(lib, tmp_path, monkeypatch, content, fragment):
     path = tmp_path / "bad.txt"
     path.write_bytes(content)
     messages = []
-    for compiled in (False, True):
+    for compiled, one_pass in ((False, False), (True, False), (True, True)):
         with pytest.raises(UserError) as e:
-            passes([str(path)], 2, compiled, monkeypatch, tmp_path / "out")
+            passes([str(path)], 2, compiled, monkeypatch, tmp_path / "out", one_pass)
         messages.append(str(e.value))
-    assert messages[0] == messages[1] and fragment in messages[0], messages
+    assert messages[0] == messages[1] == messages[2] and fragment in messages[0], messages
     assert not (tmp_path / "out").exists()
 
 

@@ -54,9 +54,11 @@ def make_corpus(path, vocab, tokens, seed=3):
 
 def one(corpus, mode, threads, min_count):
     """One timed run in this process: prints ``count S encode S cpu S peak MiB planned MiB words N``. ``corpus``:
-    a file or a folder of files; ``mode``: python, compiled, or compiled-1-reader (its .gz files inflated on
-    one reader thread, as before corpus.readers); or read and read-1-reader: the text read ahead alone
-    (``count`` its seconds)."""
+    a file or a folder of files; ``mode``: python, compiled (one pass, as `hvd-w2v encode` on one rank),
+    two-pass (the compiled count, then the compiled encoding reading the text again), or compiled-1-reader
+    (its .gz files inflated on one reader thread, as before corpus.readers); or read and read-1-reader: the
+    text read ahead alone (``count`` its seconds). In one pass ``count`` is the count and the provisional
+    stream written, ``encode`` the stream turned into ids."""
     from hvd_w2v import corpus as text
     from hvd_w2v import encode, memory, native, pipeline, vocab
     from hvd_w2v.config import Config
@@ -83,7 +85,9 @@ def one(corpus, mode, threads, min_count):
     folder = tempfile.mkdtemp(prefix="textpass-")
     try:
         t0 = time.perf_counter()
-        voc = vocab.build(alone, paths, Config(min_count=min_count), reading=False)
+        numbered = (encode.Provisional(folder, text.readers(text.split(paths, 1)[0], threads))
+                    if mode.startswith("compiled") else None)
+        voc = vocab.build(alone, paths, Config(min_count=min_count), reading=False, numbered=numbered)
         t1 = time.perf_counter()
         encode.encode(alone, paths, voc, folder, reading=False)
         t2 = time.perf_counter()
@@ -142,6 +146,7 @@ def run_word2vec(binary, corpus, min_count, folder):
 def table(corpus, runs, python_runs, min_count, w2v):
     size = os.path.getsize(corpus)
     modes = [("Python (today's passes), 1 thread", "python", 1, python_runs),
+             ("compiled, two passes, 1 thread", "two-pass", 1, runs),
              ("compiled, 1 thread", "compiled", 1, runs), ("compiled, 2 threads", "compiled", 2, runs)]
     modes = [m for m in modes if m[3] > 0]
     results = {name: [] for name, *_ in modes}
@@ -171,6 +176,8 @@ def table(corpus, runs, python_runs, min_count, w2v):
     if py:
         print(f"compiled on 1 thread against Python's passes: {py['both'] / one_t['both']:.1f}x faster "
               f"(2 threads: {py['both'] / two_t['both']:.1f}x)")
+    two = med["compiled, two passes, 1 thread"]
+    print(f"one pass against two on 1 thread: {two['both'] / one_t['both']:.2f}x")
     print(f"2 threads against 1: {one_t['both'] / two_t['both']:.2f}x (count {one_t['count'] / two_t['count']:.2f}x, "
           f"encode {one_t['encode'] / two_t['encode']:.2f}x)")
     if w2v:
