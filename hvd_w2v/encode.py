@@ -4,6 +4,9 @@ The id stream is the corpus's tokens in order, as int32 word ids, with out-of-vo
 word2vec does before windowing) and ``SENTENCE_END`` after every sentence. Rank ``r`` writes the part of the
 stream from its own byte range to ``ids.{r:05d}.i32``; laid end to end in rank order, the parts are the same
 stream for any rank count, so training positions are global and rank-count free.
+
+On one rank with the compiled passes the count has already numbered every token (vocab.build's ``numbered``,
+:class:`Provisional`): the encoding then reads those numbers, not the text, and turns them into ids.
 """
 import bisect
 import errno

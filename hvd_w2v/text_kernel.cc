@@ -6,7 +6,9 @@
 //   hvd_w2v_check_text: the first NUL byte, else the first byte that is not valid UTF-8 (the offset Python's
 //     strict decoder reports: where the longest valid prefix ends).
 //   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
-//     that a round exports ordered by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest).
+//     that a round exports ordered by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest);
+//     on one rank a block's tokens can also be numbered as they are counted (hvd_w2v_counts_add_numbered),
+//     numbers that hvd_w2v_remap turns into ids once the vocabulary is known: the encoding in the same pass.
 //   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
 //   Scan (hvd_w2v_scan_*): one block of the encoding on several ranks: its tokens as numbers of its distinct
 //     words and its newlines, the distinct words ordered by hash owner (to ask their ids), then the block's

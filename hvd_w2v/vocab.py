@@ -18,7 +18,9 @@ Memory per rank (8-byte words):
   more: PARTIAL_BYTES = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct tokens
   it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are counted,
   so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
-  and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's.
+  and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's; there, with the
+  compiled passes, the count can also encode (:func:`build`'s ``numbered``): each token's number in its table
+  (4 B, written to disk beside the shard block by block) becomes its id once the ids are agreed.
   The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
   bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. Each
