@@ -199,10 +199,14 @@ class Provisional(PieceIds):
         self.folder, self.made_folder = folder, False
 
     def write(self, i, numbers):
-        if not self.made_folder and not os.path.isdir(self.folder):  # made on first use, removed with the files
-            os.makedirs(self.folder)
-            self.made_folder = True
-        super().write(i, numbers)
+        """Append ``numbers`` to piece ``i``'s file. UserError when it cannot be written (a full disk)."""
+        try:
+            if not self.made_folder and not os.path.isdir(self.folder):  # made on first use, removed with the files
+                os.makedirs(self.folder)
+                self.made_folder = True
+            super().write(i, numbers)
+        except OSError as e:
+            raise UserError(f"cannot write {self.name(i)}: {e.strerror or e}") from None
 
     def remove(self):
         """Close and remove the pieces' files, and the folder if this made it and nothing else is in it."""
@@ -218,13 +222,16 @@ class Provisional(PieceIds):
         ``sentence_end`` (native.remap). Removes each piece's file once read."""
         self.close()
         for i in sorted(self.made):
-            with open(self.name(i), "rb") as f:
-                while True:
-                    numbers = np.fromfile(f, np.int32, self.CHUNK)
-                    if not len(numbers):
-                        break
-                    yield native.remap(lib, numbers, ids, sentence_end)
-            os.remove(self.name(i))
+            try:
+                with open(self.name(i), "rb") as f:
+                    while True:
+                        numbers = np.fromfile(f, np.int32, self.CHUNK)
+                        if not len(numbers):
+                            break
+                        yield native.remap(lib, numbers, ids, sentence_end)
+                os.remove(self.name(i))
+            except OSError as e:
+                raise UserError(f"cannot read {self.name(i)}: {e.strerror or e}") from None
             self.made.discard(i)
 
 
