@@ -21,7 +21,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -326,12 +325,16 @@ class Table {
   }
   // The same with ``x`` = inline_word(word) (0 for a longer word).
   int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t init) {
+    return slot_of(word, n, h, x, init).value;
+  }
+  // The same, its whole slot (its number too).
+  Slot& slot_of(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t init) {
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& slot = slots_[i];
       if (!slot.length) {
         if (3 * (where_.size() + 1) > 2 * slots_.size()) {
           grow();
-          return at(word, n, h, x, init);
+          return slot_of(word, n, h, x, init);
         }
         slot.hash = h;
         slot.length = n;
@@ -345,20 +348,15 @@ class Table {
         }
         bytes_total_ += n;
         where_.push_back(i);
-        return slot.value;
+        return slot;
       }
       if (slot.hash == h && slot.length == n &&
           (n <= 8 ? slot.word == x : same_long_word(bytes_.data() + slot.word, word, n)))
-        return slot.value;
+        return slot;
     }
   }
   int64_t& at(const unsigned char* word, uint32_t n, int64_t init = 0) {
     return at(word, n, quick_hash(word, n), init);
-  }
-
-  // The number (order of first sight) of the word whose value ``at`` returned.
-  static uint32_t number_of(const int64_t& value) {
-    return reinterpret_cast<const Slot*>(reinterpret_cast<const char*>(&value) - offsetof(Slot, value))->number;
   }
 
   // The value of ``word`` (hash ``h``), or ``missing``.
@@ -600,9 +598,9 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
       return 0;
     }
     *tokens = batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
-      int64_t& count = table.at(text + at, length, h, x, 0);
-      ++count;
-      out[m++] = static_cast<int32_t>(Table::number_of(count));
+      Table::Slot& slot = table.slot_of(text + at, length, h, x, 0);
+      ++slot.value;
+      out[m++] = static_cast<int32_t>(slot.number);
     }, [&] { out[m++] = -1; });
     return m;
   }
@@ -624,9 +622,9 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
                              [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
         const int64_t p = part_of(h, parts);
         if (p == t) {
-          int64_t& count = table.at(text + start, length, h, x, 0);
-          ++count;
-          if (o) o[k++] = static_cast<int32_t>(t + parts * Table::number_of(count));
+          Table::Slot& slot = table.slot_of(text + start, length, h, x, 0);
+          ++slot.value;
+          if (o) o[k++] = static_cast<int32_t>(t + parts * slot.number);
         } else {
           mine[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
         }
@@ -642,9 +640,11 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
         const int64_t size = list.size();
         for (int64_t i = 0; i < size; ++i) {
           if (i + AHEAD < size) table.prefetch(list[i + AHEAD].hash);
-          int64_t& count = table.at(list[i].at, list[i].length, list[i].hash);
-          ++count;
-          if (list[i].number) *list[i].number = static_cast<int32_t>(t + parts * Table::number_of(count));
+          const Counts::Token& token = list[i];
+          Table::Slot& slot = table.slot_of(token.at, token.length, token.hash,
+                                            token.length <= 8 ? inline_word(token.at, token.length) : 0, 0);
+          ++slot.value;
+          if (token.number) *token.number = static_cast<int32_t>(t + parts * slot.number);
         }
       }
     }
