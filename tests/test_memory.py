@@ -94,15 +94,17 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
-def run(args, timeout=60):
-    return launch(2, ["hvd-w2v", "train", "--epochs", "1", "--quiet", "--show", "", *args], timeout=timeout)
+def run(args, timeout=60, ranks=2):
+    return launch(ranks, ["hvd-w2v", "train", "--epochs", "1", "--quiet", "--show", "", *args], timeout=timeout)
 
 
-def test_refuses_when_the_plan_does_not_fit(tmp_path, corpus):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_refuses_when_the_plan_does_not_fit(tmp_path, corpus, ranks):
+    """On 2 ranks, and on 1, whose count has also encoded (the one pass): its numbers are not left behind."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "vectors.bin").write_bytes(b"an earlier model")
-    result = run([corpus, "--out", str(out), "--max-memory-per-rank", "480M"])
+    result = run([corpus, "--out", str(out), "--max-memory-per-rank", "480M"], ranks=ranks)
     assert not result.hung and result.returncode == 2, result.output[-2000:]
     errors = [line for line in result.output.splitlines() if line.startswith("hvd-w2v: error:")]
     assert len(errors) == 1, result.output[-2000:]
