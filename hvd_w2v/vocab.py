@@ -444,7 +444,17 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
 
     ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (one rank,
     compiled). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
-    a word not kept), which encode.encode turns into the id stream; else None."""
+    a word not kept), which encode.encode turns into the id stream; else None. On any error ``numbered`` is
+    emptied (nothing of the stream is left)."""
+    try:
+        return _build(comm, paths, cfg, log, reading, limit, numbered)
+    except BaseException:
+        if numbered is not None:
+            numbered.remove()
+        raise
+
+
+def _build(comm, paths, cfg, log, reading, limit, numbered):
     corpus.check_shared(comm, paths)
     pieces = corpus.split(paths, comm.size)[comm.rank]
     shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
