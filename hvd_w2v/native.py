@@ -604,7 +604,7 @@ class Counts:
         returns (tokens, the block's stream in provisional numbers: int32, each token's word as
         :meth:`take`'s ``numbered`` gives it, -1 for each newline and once more at ``file_end``), the stream a
         view of ``out`` (int32, reused when it has room for len(block) + 1)."""
-        if out is None or len(out) < len(block) + 1:
+        if out is None or out.dtype != np.int32 or not out.flags.c_contiguous or len(out) < len(block) + 1:
             out = np.empty(len(block) + 1, np.int32)
         tokens = ctypes.c_int64()
         m = self.lib.hvd_w2v_counts_add_numbered(self.handle, _text(block), len(block), out.ctypes.data,
