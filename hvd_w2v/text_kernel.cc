@@ -591,17 +591,13 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
   *tokens = 0;
   if (parts == 1) {
     Table& table = c.tables[0];
-    if (!out) {
-      *tokens = batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
-        ++table.at(text + at, length, h, x, 0);
-      }, [] {});
-      return 0;
-    }
     *tokens = batched_tokens(table, text, 0, n, [&](int64_t at, uint32_t length, uint64_t h, uint64_t x) {
       Table::Slot& slot = table.slot_of(text + at, length, h, x, 0);
       ++slot.value;
-      out[m++] = static_cast<int32_t>(slot.number);
-    }, [&] { out[m++] = -1; });
+      if (out) out[m++] = static_cast<int32_t>(slot.number);
+    }, [&] {
+      if (out) out[m++] = -1;
+    });
     return m;
   }
   std::vector<int64_t> written(parts);

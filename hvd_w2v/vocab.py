@@ -343,29 +343,26 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
 
 def _count_numbered(lib, pieces, error, reading, threads, limit, numbered):
     """:func:`count` on one rank with the compiled tables, each block's tokens also numbered and written, piece
-    by piece, to ``numbered`` (encode.Provisional). The same counts, limit and errors as _count_compiled's."""
+    by piece, to ``numbered`` (encode.Provisional). The same counts, limit and errors as _count_compiled's
+    (on an error :func:`build` empties ``numbered``)."""
     if error:
         raise UserError(error)
     counts = native.Counts(lib, threads)
     raw, added, after, out = 0, 0, 1, None  # the words the last block added, and its bytes
-    try:
-        for i, (block, file_end) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):
-            if limit:
-                error = limit(len(counts) + math.ceil(added * len(block) / after))
-                if error:
-                    raise UserError(error)
-            before = len(counts)
-            if out is None or len(out) < len(block) + 1:  # room for later blocks' ends; the old one freed first
-                out = None
-                out = np.empty(len(block) + (1 << 20), np.int32)
-            tokens, stream = counts.add_numbered(block, file_end, out)
-            numbered.write(i, stream)
-            del stream
-            raw += tokens
-            added, after = len(counts) - before, max(len(block), 1)
-    except BaseException:  # bad input, a refusal, a full disk: nothing of the stream is left
-        numbered.remove()
-        raise
+    for i, (block, file_end) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):
+        if limit:
+            error = limit(len(counts) + math.ceil(added * len(block) / after))
+            if error:
+                raise UserError(error)
+        before = len(counts)
+        if out is None or len(out) < len(block) + 1:  # room for later blocks' ends; the old one freed first
+            out = None
+            out = np.empty(len(block) + (1 << 20), np.int32)
+        tokens, stream = counts.add_numbered(block, file_end, out)
+        numbered.write(i, stream)
+        del stream
+        raw += tokens
+        added, after = len(counts) - before, max(len(block), 1)
     words, lengths, values, _, _, numbers = counts.take(1, keep=False, hashed=False, numbered=True)
     return Counted(values, blob=words, lengths=lengths, lib=lib, numbers=numbers), raw
 
