@@ -17,6 +17,9 @@ passes, beside what the memory plan gives them (memory.MemoryPlan.passes: the co
 with the encoding, from the distinct tokens, words and tokens that run counted) and their ratio. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
 temporary folder and run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone,
 which is what it does before training (it has no encoding pass). Without it, its column says so and is left out.
+The row "2 processes at once" runs two 1-thread passes side by side, each a whole copy of the work (its seconds
+the slower copy's, its CPU both copies'): the gain two cores give this pass when none of its threads waits for
+another, the ceiling against which "2 threads against 1" reads.
 
 With ``--gzip N`` each corpus is cut at line ends into N files of about equal bytes, compressed (gzip level 6)
 once under ``--data``, and the compiled passes on 2 threads run over the plain text,
@@ -39,6 +42,7 @@ from . import ROOT, checkout_env
 
 PEERS = os.path.join(os.path.dirname(ROOT), "shared", "peers", "word2vec")
 MB = 1e6
+TOGETHER = "compiled, 1 thread, 2 processes at once"
 
 
 def make_corpus(path, vocab, tokens, seed=3):
@@ -113,12 +117,23 @@ def _status(key):
     return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) * 1024
 
 
-def run_one(corpus, mode, threads, min_count):
-    out = subprocess.run([sys.executable, "-m", "hvd_w2v.bench.textpass", "one", corpus, mode, str(threads),
-                          str(min_count)], check=True, capture_output=True, text=True, cwd=ROOT,
-                         env=checkout_env(dict(os.environ, HVD_W2V_THREADS=str(threads))))
-    fields = out.stdout.split()
-    return {k: float(v) for k, v in zip(fields[::2], fields[1::2])}
+def run_one(corpus, mode, threads, min_count, copies=1):
+    """``one``'s figures, from a process of its own; with ``copies`` > 1, that many such processes started
+    together, each on its own copy of the work: then the slowest copy's seconds and peak, and all copies' CPU
+    seconds."""
+    procs = [subprocess.Popen([sys.executable, "-m", "hvd_w2v.bench.textpass", "one", corpus, mode, str(threads),
+                               str(min_count)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                              env=checkout_env(dict(os.environ, HVD_W2V_THREADS=str(threads))))
+             for _ in range(copies)]
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, out)
+        fields = out.split()
+        results.append({k: float(v) for k, v in zip(fields[::2], fields[1::2])})
+    slowest = max(results, key=lambda r: r["count"] + r["encode"])
+    return dict(slowest, cpu=sum(r["cpu"] for r in results), peak=max(r["peak"] for r in results))
 
 
 def build_word2vec(folder):
@@ -147,7 +162,8 @@ def table(corpus, runs, python_runs, min_count, w2v):
     size = os.path.getsize(corpus)
     modes = [("Python (today's passes), 1 thread", "python", 1, python_runs),
              ("compiled, two passes, 1 thread", "two-pass", 1, runs),
-             ("compiled, 1 thread", "compiled", 1, runs), ("compiled, 2 threads", "compiled", 2, runs)]
+             ("compiled, 1 thread", "compiled", 1, runs), ("compiled, 2 threads", "compiled", 2, runs),
+             (TOGETHER, "compiled", 1, runs)]
     modes = [m for m in modes if m[3] > 0]
     results = {name: [] for name, *_ in modes}
     if w2v:
@@ -156,7 +172,7 @@ def table(corpus, runs, python_runs, min_count, w2v):
         for r in range(max(runs, python_runs)):  # the modes take turns, so that the machine's load falls on all
             for name, mode, threads, n in modes:
                 if r < n:
-                    results[name].append(run_one(corpus, mode, threads, min_count))
+                    results[name].append(run_one(corpus, mode, threads, min_count, 2 if name == TOGETHER else 1))
             if w2v:
                 results["word2vec.c vocabulary pass, 1 thread"].append(run_word2vec(w2v, corpus, min_count, scratch))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
@@ -180,6 +196,9 @@ def table(corpus, runs, python_runs, min_count, w2v):
     print(f"one pass against two on 1 thread: {two['both'] / one_t['both']:.2f}x")
     print(f"2 threads against 1: {one_t['both'] / two_t['both']:.2f}x (count {one_t['count'] / two_t['count']:.2f}x, "
           f"encode {one_t['encode'] / two_t['encode']:.2f}x)")
+    pair = med[TOGETHER]
+    print(f"2 processes of 1 thread at once against 1: {2 * one_t['both'] / pair['both']:.2f}x the work in the time "
+          f"(what this machine gives the pass on 2 cores, with no thread of the pass waiting for another)")
     if w2v:
         ref = med["word2vec.c vocabulary pass, 1 thread"]
         print(f"count + encode on 1 thread against word2vec.c's vocabulary pass: {ref['both'] / one_t['both']:.2f}x "
