@@ -505,6 +505,7 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
+                  "hvd_w2v_count_order": ([P, P, I64, P, I64], None),
                   "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
                   "hvd_w2v_encode_local": ([P, P, I64, I64, P, I64, ctypes.c_int32], I64),
                   "hvd_w2v_lookup_new": ([P, P, P, I64], P), "hvd_w2v_lookup_free": ([P], None),
@@ -564,6 +565,18 @@ def hash_words(lib, words, lengths, threads=1):
     words, lengths = _words(words, lengths)
     out = np.empty(len(lengths), np.uint64)
     lib.hvd_w2v_hash_words(words.ctypes.data, lengths.ctypes.data, len(lengths), out.ctypes.data, max(threads, 1))
+    return out
+
+
+def count_order(lib, counts, hashes, threads=1):
+    """np.lexsort((hashes, -counts)) (int64), compiled, on ``threads``: by count descending, then by hash, then
+    by place."""
+    counts = np.ascontiguousarray(counts, np.int64)
+    hashes = np.ascontiguousarray(hashes, np.uint64)
+    if counts.shape != hashes.shape or counts.ndim != 1:
+        raise ValueError(f"counts {counts.shape} and hashes {hashes.shape} must be one vector each, of one length")
+    out = np.empty(len(counts), np.int64)
+    lib.hvd_w2v_count_order(counts.ctypes.data, hashes.ctypes.data, len(counts), out.ctypes.data, max(threads, 1))
     return out
 
 

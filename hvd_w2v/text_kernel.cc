@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <parallel/algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -788,6 +789,32 @@ void hvd_w2v_hash_words(const unsigned char* words, const int64_t* lengths, int6
   hash_all(n, [&](int64_t i) {
     return std::pair<const unsigned char*, uint64_t>(words + start[i], static_cast<uint64_t>(lengths[i]));
   }, out, threads);
+}
+
+// -- the vocabulary's order ---------------------------------------------------------------------------------
+
+// order[0, n) = the numbers of n words ordered by count, descending, then by hash, then by number: numpy's
+// lexsort((hashes, -counts)), which vocab.agree_ids uses where this library is not built. A multiway merge
+// sort on ``threads`` (libstdc++'s parallel mode); the number breaks every tie, so the order is the same on any
+// thread count. 24 B a word while it sorts.
+void hvd_w2v_count_order(const int64_t* counts, const uint64_t* hashes, int64_t n, int64_t* order,
+                         int64_t threads) {
+  struct Key {
+    int64_t count;  // negated: descending
+    uint64_t hash;
+    int64_t number;
+    bool operator<(const Key& o) const {
+      return count != o.count ? count < o.count : hash != o.hash ? hash < o.hash : number < o.number;
+    }
+  };
+  std::vector<Key> keys(n);
+  for (int64_t i = 0; i < n; ++i) keys[i] = {-counts[i], hashes[i], i};
+  if (threads > 1 && n > (1 << 16))
+    __gnu_parallel::sort(keys.begin(), keys.end(), std::less<Key>(),
+                         __gnu_parallel::multiway_mergesort_tag(static_cast<int>(threads)));
+  else
+    std::sort(keys.begin(), keys.end());
+  for (int64_t i = 0; i < n; ++i) order[i] = keys[i].number;
 }
 
 // -- ids ------------------------------------------------------------------------------------------------------

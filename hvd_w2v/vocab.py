@@ -484,7 +484,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
         raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
-    my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample)
+    my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample, comm.threads)
     del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
     provisional = None
     if numbers is not None and numbers[1] > 2**31 - 1:  # past int32: the stream's numbers are not usable
@@ -504,7 +504,8 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     row_words, row_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
     row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
     del order
-    by_row = np.argsort(plan.local_row(row_ids))
+    by_row = np.empty(len(row_ids), np.int64)  # each local row receives one word: the inverse permutation
+    by_row[plan.local_row(row_ids)] = np.arange(len(row_ids))
     del row_ids
     # Each of this rank's rows receives one word: the words in local row order.
     words_by_row = split_words(*gather_words(row_words, row_lengths, by_row))
@@ -519,7 +520,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     return voc
 
 
-def agree_ids(comm, counts, hashes, sample):
+def agree_ids(comm, counts, hashes, sample, threads=1):
     """Global ids of this rank's words, and the CountRuns of the vocabulary (collective).
 
     ``counts`` (int64[n]) and ``hashes`` (uint64[n]): this rank's words, which it hash-owns. Ids sort by count,
@@ -527,20 +528,26 @@ def agree_ids(comm, counts, hashes, sample):
     *ranges* of hashes (hash_owner), so within one count the words are ordered rank by rank, and a word's id
     is (the words of higher counts) + (its count's words on lower ranks) + (its place among this rank's words
     of its count). Only each rank's histogram of counts travels: O(P x distinct counts) per rank, never
-    O(V) (the former global sort held 40 B per word on every rank).
+    O(V) (the former global sort held 40 B per word on every rank). The rank's sort runs on ``threads``
+    (native.count_order) where text_kernel.cc is built; the rest is linear.
     """
-    order = np.lexsort((hashes, -counts))
-    mine, lengths = np.unique(-counts[order], return_counts=True)  # this rank's distinct counts, descending
-    hists = comm.allgather((-mine, lengths))  # mpi4py: every rank's histogram of counts
+    lib = native.text_kernel()
+    order = (native.count_order(lib, counts, hashes, threads) if lib is not None
+             else np.lexsort((hashes, -counts)))
+    ordered = counts[order]  # descending: this rank's runs of one count start where it changes
+    starts = np.flatnonzero(np.concatenate(([len(ordered) > 0], ordered[1:] != ordered[:-1])))
+    mine, lengths = ordered[starts], np.diff(np.append(starts, len(ordered)))  # this rank's distinct counts
+    del ordered
+    hists = comm.allgather((mine, lengths))  # mpi4py: every rank's histogram of counts
     distinct = -np.unique(np.concatenate([-c for c, _ in hists]))  # all distinct counts, descending
     per_rank = np.zeros((comm.size, len(distinct)), np.int64)
     for r, (c, n) in enumerate(hists):
         per_rank[r, np.searchsorted(-distinct, -c)] = n
     base = np.cumsum(per_rank.sum(axis=0)) - per_rank.sum(axis=0) + per_rank[:comm.rank].sum(axis=0)
-    run = np.searchsorted(-distinct, -counts[order])  # non-decreasing along ``order``
-    place = np.arange(len(order)) - np.searchsorted(run, run, side="left")
+    # A word's id: its count's base, plus its place in this rank's run of that count.
+    first = base[np.searchsorted(-distinct, -mine)] - starts
     ids = np.empty(len(counts), np.int64)
-    ids[order] = base[run] + place
+    ids[order] = np.repeat(first, lengths) + np.arange(len(order))
     return ids, CountRuns(distinct, per_rank.sum(axis=0), sample)
 
 

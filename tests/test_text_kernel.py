@@ -74,6 +74,29 @@ def test_hash64_is_blake2b(lib):
         assert native.hash_words(lib, blob, lengths, threads).tolist() == [vocab.hash64(w) for w in words]
 
 
+def test_vocabulary_order_is_numpys_on_any_thread_count(lib, monkeypatch):
+    """vocab.agree_ids orders a rank's words by count, descending, then by hash (native.count_order, else
+    numpy's lexsort): the same order on 1, 2 and 3 threads, on both sides of the size where the sort goes
+    parallel, with ties in count everywhere and a tie in count and hash, which the words' places break; and
+    the same ids and counts with and without the compiled sort."""
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 7, 3000, 200_000):
+        counts = (rng.zipf(1.5, n) + 4).astype(np.int64)
+        hashes = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) * 2 + 1
+        if n > 10:
+            hashes[9], counts[9] = hashes[3], counts[3]
+        expected = np.lexsort((hashes, -counts))
+        for threads in (1, 2, 3):
+            assert native.count_order(lib, counts, hashes, threads).tolist() == expected.tolist(), (n, threads)
+    compiled, runs = vocab.agree_ids(Alone(), counts, hashes, 1e-3, threads=2)
+    monkeypatch.setattr(native, "text_kernel", lambda: None)
+    numpy_ids, numpy_runs = vocab.agree_ids(Alone(), counts, hashes, 1e-3)
+    assert compiled.tolist() == numpy_ids.tolist()
+    assert sorted(compiled.tolist()) == list(range(len(counts)))
+    assert runs.count(np.arange(len(counts))).tolist() == numpy_runs.count(np.arange(len(counts))).tolist()
+    assert runs.count(compiled).tolist() == counts.tolist()
+
+
 def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
     """The count on several threads hands each token to the thread whose table owns its word, a segment
     (text_kernel.cc's SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in
