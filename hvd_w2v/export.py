@@ -30,16 +30,19 @@ def write_word2vec(comm, path, plan, words, rows, binary=False):
     """
     fmt = binary_line if binary else text_line
     header = f"{plan.vocab_size} {rows.shape[1]}\n".encode()
-    write_ordered(comm, path, header, plan, lambda k: fmt(words[k], rows[k]))
+    write_ordered(comm, path, header, plan, lambda lo, hi: [fmt(words[k], rows[k]) for k in range(lo, hi)])
 
 
 def write_vocab(comm, path, plan, words, counts):
     """Write ``word count`` lines in id (frequency) order, as word2vec.c's -save-vocab. Collective."""
-    write_ordered(comm, path, b"", plan, lambda k: b"%s %d\n" % (words[k], counts[k]))
+    write_ordered(comm, path, b"", plan,
+                  lambda lo, hi: [b"%s %d\n" % line for line in zip(words[lo:hi], np.asarray(counts[lo:hi]).tolist())])
 
 
-def write_ordered(comm, path, header, plan, line_of):
-    """Write ``header`` then the line of every word id in order; ``line_of(local_row)`` gives this rank's.
+def write_ordered(comm, path, header, plan, lines_of):
+    """Write ``header`` then the line of every word id in order; ``lines_of(lo, hi)`` gives this rank's, of
+    its local rows ``lo..hi-1``, as a list. Lines that fall end to end in the file (all of a block's on one
+    rank) go out in one write.
 
     Collective: every rank calls it with the same ``path``, ``header`` and ``plan``. Raises UserError on every
     rank when the file cannot be written (any rank's OSError), after removing the temporary file; a file
@@ -72,7 +75,7 @@ def write_ordered(comm, path, header, plan, line_of):
         mine = plan.rows(comm.rank)
         rounds = comm.allreduce(-(-mine // BLOCK_ROWS), "max")
         for b in range(rounds):
-            lines = [line_of(k) for k in range(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))]
+            lines = lines_of(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))
             # mpi4py: every rank's line lengths for this block; id = (block row) * P + rank.
             lengths = comm.allgather(np.array([len(x) for x in lines], dtype=np.int64))
             width = max(len(x) for x in lengths)
@@ -83,8 +86,7 @@ def write_ordered(comm, path, header, plan, line_of):
             offset += int(table.sum())
             if error is None:  # after a failed write this rank writes no more, but still takes part
                 try:
-                    for i, line in enumerate(lines):
-                        os.pwrite(fd, line, int(starts[i * comm.size + comm.rank]))
+                    _write_runs(fd, lines, starts[comm.rank::comm.size][:len(lines)])
                 except OSError as e:
                     error = f"cannot write {path} on {where}: {e.strerror}"
         if error is None:
@@ -101,6 +103,14 @@ def write_ordered(comm, path, header, plan, line_of):
         except OSError as e:
             error = f"cannot write {path}: {e.strerror}"
     _agree_or_remove(comm, error, tmp)  # mpi4py: rank 0's rename; on return the file is in place for all
+
+
+def _write_runs(fd, lines, starts):
+    """Write ``lines`` at their byte offsets ``starts``, one write for each run of lines that lie end to end."""
+    ends = starts + np.fromiter(map(len, lines), np.int64, count=len(lines))
+    cuts = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # where a line does not follow the one before
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(lines)]):
+        os.pwrite(fd, b"".join(lines[lo:hi]), int(starts[lo]))
 
 
 def _agree_or_remove(comm, error, tmp):
