@@ -17,7 +17,9 @@ passes, beside what the memory plan gives them (memory.MemoryPlan.passes: the co
 with the encoding, from the distinct tokens, words and tokens that run counted) and their ratio. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
 temporary folder and run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone,
 which is what it does before training (it has no encoding pass). Without it, its column says so and is left out.
-The row "2 processes at once" runs two 1-thread passes side by side, each a whole copy of the work (its seconds
+The column "of which counting tokens" is the seconds the count spent in the compiled count's calls
+(native.Counts.add_text, add_numbered); the rest of the count column is Python's orchestration and what
+follows the counting (the vocabulary's order and ids, its lists of words). The row "2 processes at once" runs two 1-thread passes side by side, each a whole copy of the work (its seconds
 the slower copy's, its CPU both copies'): the gain two cores give this pass when none of its threads waits for
 another, the ceiling against which "2 threads against 1" reads.
 
@@ -57,7 +59,8 @@ def make_corpus(path, vocab, tokens, seed=3):
 
 
 def one(corpus, mode, threads, min_count):
-    """One timed run in this process: prints ``count S encode S cpu S peak MiB planned MiB words N``. ``corpus``:
+    """One timed run in this process: prints ``count S kernel S encode S cpu S peak MiB planned MiB words N``
+    (``kernel``: the seconds of ``count`` spent in the compiled count's calls, native.Counts). ``corpus``:
     a file or a folder of files; ``mode``: python, compiled (one pass, as `hvd-w2v encode` on one rank),
     two-pass (the compiled count, then the compiled encoding reading the text again), or compiled-1-reader
     (its .gz files inflated on one reader thread, as before corpus.readers); or read and read-1-reader: the
@@ -82,6 +85,7 @@ def one(corpus, mode, threads, min_count):
             pass
         print(f"count {time.perf_counter() - t0:.3f} encode 0 cpu {_cpu() - cpu:.3f}", flush=True)
         return
+    kernel = _time_calls(native.Counts, ("add_text", "add_numbered"))
     alone = Alone()
     alone.threads = threads
     before = _status("VmRSS")
@@ -101,8 +105,27 @@ def one(corpus, mode, threads, min_count):
                           threads=threads, readers=readers, distinct=voc.distinct, raw_tokens=voc.raw_words,
                           owned=voc.most_owned, block_distinct=voc.block_distinct,
                           passes=memory.PYTHON if mode == "python" else memory.COMPILED).passes
-    print(f"count {t1 - t0:.3f} encode {t2 - t1:.3f} cpu {_cpu() - cpu:.3f} "
+    print(f"count {t1 - t0:.3f} kernel {kernel[0]:.3f} encode {t2 - t1:.3f} cpu {_cpu() - cpu:.3f} "
           f"peak {(_status('VmHWM') - before) / 2**20:.1f} planned {planned / 2**20:.1f} words {voc.size}", flush=True)
+
+
+def _time_calls(cls, names):
+    """Wraps the methods ``names`` of ``cls`` (in this process) so that their seconds add up in the list
+    returned (one item)."""
+    spent = [0.0]
+
+    def timed(method):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return call
+
+    for name in names:
+        setattr(cls, name, timed(getattr(cls, name)))
+    return spent
 
 
 def _cpu():
@@ -180,12 +203,14 @@ def table(corpus, runs, python_runs, min_count, w2v):
         m["both"] = m["count"] + m["encode"]
     print(f"\n{corpus}: {size / MB:,.0f} MB, {med['compiled, 1 thread']['words']:,.0f} words kept; medians of "
           f"{runs} runs" + (f" ({python_runs} for Python's)" if python_runs else ""))
-    print("| passes | count s | encode s | both s | MB/s | CPU s | peak MiB | planned MiB | peak/plan |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| passes | count s | of which counting tokens s | encode s | both s | MB/s | CPU s | peak MiB | "
+          "planned MiB | peak/plan |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, m in med.items():
         peak = f"{m['peak']:,.0f} | {m['planned']:,.0f} | {m['peak'] / m['planned']:.0%}" if "peak" in m else "- | - | -"
         encode = f"{m['encode']:.2f}" if not name.startswith("word2vec") else "(none)"
-        print(f"| {name} | {m['count']:.2f} | {encode} | {m['both']:.2f} | {size / MB / m['both']:.1f} | "
+        kernel = f"{m['kernel']:.2f}" if m.get("kernel") else "-"
+        print(f"| {name} | {m['count']:.2f} | {kernel} | {encode} | {m['both']:.2f} | {size / MB / m['both']:.1f} | "
               f"{m['cpu']:.2f} | {peak} |")
     one_t, two_t = med["compiled, 1 thread"], med["compiled, 2 threads"]
     py = med.get("Python (today's passes), 1 thread")
@@ -195,7 +220,8 @@ def table(corpus, runs, python_runs, min_count, w2v):
     two = med["compiled, two passes, 1 thread"]
     print(f"one pass against two on 1 thread: {two['both'] / one_t['both']:.2f}x")
     print(f"2 threads against 1: {one_t['both'] / two_t['both']:.2f}x (count {one_t['count'] / two_t['count']:.2f}x, "
-          f"encode {one_t['encode'] / two_t['encode']:.2f}x)")
+          f"of which counting tokens {one_t['kernel'] / two_t['kernel']:.2f}x; encode "
+          f"{one_t['encode'] / two_t['encode']:.2f}x)")
     pair = med[TOGETHER]
     print(f"2 processes of 1 thread at once against 1: {2 * one_t['both'] / pair['both']:.2f}x the work in the time "
           f"(what this machine gives the pass on 2 cores, with no thread of the pass waiting for another)")
