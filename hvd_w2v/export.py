@@ -35,8 +35,10 @@ def write_word2vec(comm, path, plan, words, rows, binary=False):
 
 def write_vocab(comm, path, plan, words, counts):
     """Write ``word count`` lines in id (frequency) order, as word2vec.c's -save-vocab. Collective."""
-    write_ordered(comm, path, b"", plan,
-                  lambda lo, hi: [b"%s %d\n" % line for line in zip(words[lo:hi], np.asarray(counts[lo:hi]).tolist())])
+    def lines(lo, hi):
+        return [b"%s %d\n" % line for line in zip(words[lo:hi], np.asarray(counts[lo:hi]).tolist())]
+
+    write_ordered(comm, path, b"", plan, lines)
 
 
 def write_ordered(comm, path, header, plan, lines_of):

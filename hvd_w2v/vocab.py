@@ -535,7 +535,9 @@ def agree_ids(comm, counts, hashes, sample, threads=1):
     order = (native.count_order(lib, counts, hashes, threads) if lib is not None
              else np.lexsort((hashes, -counts)))
     ordered = counts[order]  # descending: this rank's runs of one count start where it changes
-    starts = np.flatnonzero(np.concatenate(([len(ordered) > 0], ordered[1:] != ordered[:-1])))
+    change = np.ones(len(ordered), bool)
+    change[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(change)
     mine, lengths = ordered[starts], np.diff(np.append(starts, len(ordered)))  # this rank's distinct counts
     del ordered
     hists = comm.allgather((mine, lengths))  # mpi4py: every rank's histogram of counts

@@ -14,14 +14,16 @@ much slower, ``--python-runs`` times); the table gives medians, the seconds of t
 of the process (the compiled passes read the next block on a thread of their own while they work on one, so a
 "1 thread" run may use a little more than one core) and the growth of its peak resident memory during the
 passes, beside what the memory plan gives them (memory.MemoryPlan.passes: the count, or the words and tables
-with the encoding, from the distinct tokens, words and tokens that run counted) and their ratio. word2vec.c (../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a
-temporary folder and run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone,
-which is what it does before training (it has no encoding pass). Without it, its column says so and is left out.
+with the encoding, from the distinct tokens, words and tokens that run counted) and their ratio. word2vec.c
+(../shared/peers/word2vec/word2vec.c, when present) is built with its own flags into a temporary folder and
+run with ``-train CORPUS -save-vocab FILE`` and no output file: its vocabulary pass alone, which is what it
+does before training (it has no encoding pass). Without it, its column says so and is left out.
 The column "of which counting tokens" is the seconds the count spent in the compiled count's calls
 (native.Counts.add_text, add_numbered); the rest of the count column is Python's orchestration and what
-follows the counting (the vocabulary's order and ids, its lists of words). The row "2 processes at once" runs two 1-thread passes side by side, each a whole copy of the work (its seconds
-the slower copy's, its CPU both copies'): the gain two cores give this pass when none of its threads waits for
-another, the ceiling against which "2 threads against 1" reads.
+follows the counting (the vocabulary's order and ids, its lists of words). The row "2 processes at once"
+runs two 1-thread passes side by side, each a whole copy of the work (its seconds the slower copy's, its CPU
+both copies'): the gain two cores give this pass when none of its threads waits for another, the ceiling
+against which "2 threads against 1" reads.
 
 With ``--gzip N`` each corpus is cut at line ends into N files of about equal bytes, compressed (gzip level 6)
 once under ``--data``, and the compiled passes on 2 threads run over the plain text,
