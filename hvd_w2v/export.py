@@ -2,9 +2,11 @@
 
 Lines are in word-id (frequency) order, as word2vec.c and gensim write them, although rows are spread
 round-robin over the ranks: ranks agree each line's byte offset block by block (an exclusive prefix sum of
-line lengths) and every rank writes its own lines at their offsets into one shared file. The file is written
-under a temporary name and renamed when complete, so a failed export never leaves a partial file behind.
+line lengths), each rank gathers one range of a block's lines from all ranks (alltoallv) and writes it at
+its offset into one shared file, in one write. The file is written under a temporary name and renamed when
+complete, so a failed export never leaves a partial file behind.
 """
+import errno
 import os
 import socket
 
@@ -12,7 +14,9 @@ import numpy as np
 
 from .errors import UserError
 
-BLOCK_ROWS = 16384  # local rows per rank per round: bounds the lines held in memory
+# Local rows per rank per round: bounds the lines held in memory (each rank's block, as made, sent and
+# received, and its share in file order: four times a block's bytes on several ranks).
+BLOCK_ROWS = 4096
 
 
 def text_line(word, row):
@@ -43,8 +47,7 @@ def write_vocab(comm, path, plan, words, counts):
 
 def write_ordered(comm, path, header, plan, lines_of):
     """Write ``header`` then the line of every word id in order; ``lines_of(lo, hi)`` gives this rank's, of
-    its local rows ``lo..hi-1``, as a list. Lines that fall end to end in the file (all of a block's on one
-    rank) go out in one write.
+    its local rows ``lo..hi-1``, as a list. One write a block on each rank (:func:`_share`).
 
     Collective: every rank calls it with the same ``path``, ``header`` and ``plan``. Raises UserError on every
     rank when the file cannot be written (any rank's OSError), after removing the temporary file; a file
@@ -84,13 +87,14 @@ def write_ordered(comm, path, header, plan, lines_of):
             table = np.zeros((width, comm.size), dtype=np.int64)
             for r, x in enumerate(lengths):
                 table[:len(x), r] = x
-            starts = offset + np.cumsum(table.ravel()) - table.ravel()
-            offset += int(table.sum())
-            if error is None:  # after a failed write this rank writes no more, but still takes part
+            data, at = _share(comm, lines, table)  # collective on several ranks
+            del lines
+            if error is None and data:  # after a failed write this rank writes no more, but still takes part
                 try:
-                    _write_runs(fd, lines, starts[comm.rank::comm.size][:len(lines)])
+                    _write_at(fd, data, offset + at)
                 except OSError as e:
                     error = f"cannot write {path} on {where}: {e.strerror}"
+            offset += int(table.sum())
         if error is None:
             try:
                 os.fsync(fd)
@@ -107,12 +111,35 @@ def write_ordered(comm, path, header, plan, lines_of):
     _agree_or_remove(comm, error, tmp)  # mpi4py: rank 0's rename; on return the file is in place for all
 
 
-def _write_runs(fd, lines, starts):
-    """Write ``lines`` at their byte offsets ``starts``, one write for each run of lines that lie end to end."""
-    ends = starts + np.fromiter(map(len, lines), np.int64, count=len(lines))
-    cuts = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # where a line does not follow the one before
-    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(lines)]):
-        os.pwrite(fd, b"".join(lines[lo:hi]), int(starts[lo]))
+def _write_at(fd, data, at):
+    """All of ``data`` at byte ``at``: a write that stops short (a file size limit, a full disk) is continued,
+    so that its cause is raised, never a file left short without an error."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, at)
+        if written == 0:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        view, at = view[written:], at + written
+
+
+def _share(comm, lines, table):
+    """This rank's share of a block, as bytes in file order, and where it starts in the block. The block's
+    rows (row i: line i of rank 0, then of rank 1, ...; ``table[i, r]`` the length of rank r's, 0 where it has
+    none) are cut into ``comm.size`` ranges; rank d receives every rank's ``lines`` of range d (one alltoallv,
+    collective) and lays them out as the file does, so that each rank writes its share at once where one
+    write a line made the ranks' interleaved lines cost a system call each."""
+    width, ranks = table.shape
+    cut = [width * d // ranks for d in range(ranks + 1)]
+    lo, hi = cut[comm.rank], cut[comm.rank + 1]
+    at = int(table[:lo].sum())
+    if ranks == 1:
+        return b"".join(lines), at
+    sent = np.concatenate(([0], np.cumsum(table[:, comm.rank])))[cut]  # this rank's bytes before each range
+    got, per_source = comm.alltoallv(np.frombuffer(b"".join(lines), np.uint8), np.diff(sent))
+    part = table[lo:hi]  # range d's line lengths, a row each, by source
+    offsets = np.cumsum(part, axis=0) - part + (np.cumsum(per_source) - per_source)  # each line's place in got
+    view = memoryview(got)
+    return b"".join([view[o:o + n] for o, n in zip(offsets.ravel().tolist(), part.ravel().tolist())]), at
 
 
 def _agree_or_remove(comm, error, tmp):

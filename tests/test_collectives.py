@@ -1,4 +1,8 @@
-"""The stack works together: Horovod (TensorFlow) allreduce and mpi4py Alltoall on real ranks."""
+"""The stack works together: Horovod (TensorFlow) allreduce and mpi4py Alltoall on real ranks, and the export's
+collective writing."""
+import os
+import shutil
+
 import numpy as np
 import pytest
 
@@ -37,3 +41,32 @@ def test_alltoallv_many_moves_every_block_and_leaves_the_own_one_when_asked(comm
             expected[mine] = -1
         np.testing.assert_array_equal(rows, expected)
         np.testing.assert_array_equal(ints, [100 * s + 2 * c.rank + k for s in range(nranks) for k in range(2)])
+
+
+@pytest.mark.mpi(3)
+def test_export_writes_every_ranks_lines_as_one_rank_would(comm, nranks):
+    """export.write_ordered gathers each range of a block's lines on one rank, which writes it at once: on 3
+    ranks of unequal rows, over three blocks (export.BLOCK_ROWS) the last of them partial, with lines of many
+    lengths, the same bytes as one file written in id order."""
+    import tempfile
+
+    from hvd_w2v import export
+    from hvd_w2v.comm import Comm
+    from hvd_w2v.shard import RowPlan
+
+    c = Comm(comm, None)  # mpi4py alone: write_ordered uses no Horovod
+    size = 2 * export.BLOCK_ROWS * nranks + 5
+    plan = RowPlan(size, nranks)
+    ids = plan.ids(c.rank)
+    words = [b"w%d" % i + b"x" * (i % 11) for i in range(size)]
+    folder = comm.bcast(tempfile.mkdtemp() if c.rank == 0 else None)
+    path = os.path.join(folder, "vocab.txt")
+    export.write_vocab(c, path, plan, [words[i] for i in ids.tolist()], size - ids)
+    comm.Barrier()
+    try:
+        with open(path, "rb") as f:
+            assert f.read() == b"".join(b"%s %d\n" % (w, size - i) for i, w in enumerate(words))
+    finally:
+        comm.Barrier()
+        if c.rank == 0:
+            shutil.rmtree(folder)
