@@ -446,7 +446,7 @@ def parser():
         "mpi/launch -n 3 hvd-w2v export runs/mine --step 150 --format binary --out /tmp/exports",
     ], description="Write the word vectors (W_in) of a run's newest good checkpoint, or of --step N, as word2vec "
                    "files\nRUN/vectors-step-N.txt and .bin, on any rank count: each rank reads its own rows and "
-                   "writes\nits own lines. Checkpoints are written during training (--checkpoint-every, SIGTERM, "
+                   "the\nranks write their lines block by block. Checkpoints are written during training (--checkpoint-every, SIGTERM, "
                    "SIGUSR1)\nand at a run's last step, unless --no-final-checkpoint.")
     x.add_argument("run", metavar="RUN", help="a run folder (train's --out) or a checkpoint folder "
                                               "(RUN/checkpoints/step-N)")
