@@ -136,7 +136,7 @@ if sys.argv[2:] == ["--limit"] and comm.rank == 1:
     # Files of 64 KiB at most for rank 1 (Python ignores SIGXFSZ): its lines past that offset fail with
     # EFBIG, from the first block on, while rank 0's succeed.
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
-plan = RowPlan(50000, comm.size)  # 25,000 rows per rank: two blocks of export.BLOCK_ROWS
+plan = RowPlan(50000, comm.size)  # 25,000 rows per rank: several blocks of export.BLOCK_ROWS
 ids = plan.ids(comm.rank)
 try:
     export.write_vocab(comm, sys.argv[1], plan, [b"word%d" % i for i in ids], 50000 - ids)
