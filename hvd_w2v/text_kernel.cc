@@ -577,6 +577,10 @@ inline int64_t part_of(uint64_t h, int64_t parts) {
   return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(parts)) >> 32);
 }
 
+// The provisional number of the word in slot number ``number`` of table ``table`` of ``parts``: what the one
+// pass writes for each token (count_text) and the export gives each word (hvd_w2v_counts_export).
+inline int64_t provisional_number(int64_t table, int64_t parts, int64_t number) { return table + parts * number; }
+
 // Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
 // (32 B a token) whatever the text's size.
 constexpr int64_t SEGMENT_BYTES = 1 << 20;
@@ -621,7 +625,7 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
         if (p == t) {
           Table::Slot& slot = table.slot_of(text + start, length, h, x, 0);
           ++slot.value;
-          if (o) o[k++] = static_cast<int32_t>(t + parts * slot.number);
+          if (o) o[k++] = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         } else {
           mine[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
         }
@@ -641,7 +645,7 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
           Table::Slot& slot = table.slot_of(token.at, token.length, token.hash,
                                             token.length <= 8 ? inline_word(token.at, token.length) : 0, 0);
           ++slot.value;
-          if (token.number) *token.number = static_cast<int32_t>(t + parts * slot.number);
+          if (token.number) *token.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         }
       }
     }
@@ -771,7 +775,7 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
     lengths[k] = slot[i]->length;
     values[k] = slot[i]->value;
     if (hashes) hashes[k] = h[i];
-    if (numbers) numbers[k] = (of[i] - tables.data()) + parts * static_cast<int64_t>(slot[i]->number);
+    if (numbers) numbers[k] = provisional_number(of[i] - tables.data(), parts, slot[i]->number);
     std::memcpy(words + byte_start[r], of[i]->word(*slot[i]), slot[i]->length);
     byte_start[r] += slot[i]->length;
   }

@@ -298,6 +298,12 @@ def count(comm, pieces, error=None, reading=None, threads=1, limit=None, numbere
             return Counted.of(owned), raw
 
 
+def _expected(held, added, after, size):
+    """The distinct words one rank's count holds once it has counted a part of ``size`` bytes, expected at the
+    last part's rate (``added`` new words in ``after`` bytes): what its limit is asked before the part."""
+    return held + math.ceil(added * size / after)
+
+
 def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     """:func:`count` with the compiled tables: the same rounds, the per-token work in text_kernel.cc on
     ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
@@ -317,7 +323,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
                 error, part = str(e), None
             if part is not None and limit and comm.size == 1:
                 _, start, end = part
-                error = limit(len(local) + math.ceil(added * (end - start) / after))
+                error = limit(_expected(len(local), added, after, end - start))
             if part is None or error:
                 done = True
             else:
@@ -351,7 +357,7 @@ def _count_numbered(lib, pieces, error, reading, threads, limit, numbered):
     raw, added, after, out = 0, 0, 1, None  # the words the last block added, and its bytes
     for i, (block, file_end) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):
         if limit:
-            error = limit(len(counts) + math.ceil(added * len(block) / after))
+            error = limit(_expected(len(counts), added, after, len(block)))
             if error:
                 raise UserError(error)
         before = len(counts)
