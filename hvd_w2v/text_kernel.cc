@@ -301,8 +301,8 @@ struct HugePages {
 // length, value and the word itself when it has at most 8 bytes (else where its bytes start in ``bytes``), so
 // that finding a short word costs one cache miss, and callers ask for the slot ahead of use (prefetch).
 // Words are numbered in order of first sight. 32 B a slot (48 to 96 B a word) + 4 B + the bytes of longer
-// words.
-class Table {
+// words. Aligned to a cache line: the threads' tables lie side by side in Counts, each written by its own.
+class alignas(64) Table {
  public:
   struct Slot {
     uint64_t hash;
@@ -321,6 +321,18 @@ class Table {
   void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
 
   // The value of ``word`` (hash ``h``), added as ``init`` when new.
+  // The slot of ``word`` (hash ``h``, ``x`` = inline_word or 0), added with value 0 when new while the table
+  // holds fewer than ``most`` words; else null. Reserve ``most`` words first, so that it never grows.
+  Slot* bounded_slot(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t most) {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (!slot.length) return size() < most ? &slot_of(word, n, h, x, 0) : nullptr;
+      if (slot.hash == h && slot.length == n &&
+          (n <= 8 ? slot.word == x : same_long_word(bytes_.data() + slot.word, word, n)))
+        return &slot;
+    }
+  }
+
   int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, int64_t init = 0) {
     return at(word, n, h, n <= 8 ? inline_word(word, n) : 0, init);
   }
@@ -447,9 +459,10 @@ class Table {
 };
 
 // Calls ``each(start, length, hash)`` for the tokens of text[lo, hi) and ``newline()`` for each newline byte,
-// in order, a batch of tokens at a time: each batch's hashes first, their slots asked of ``table`` ahead.
-template <class Each, class Newline>
-int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo, int64_t hi, Each each,
+// in order, a batch of tokens at a time: each batch's hashes first, ``prefetch(hash)`` called for each (to ask
+// for its slot ahead).
+template <class Prefetch, class Each, class Newline>
+int64_t batched_tokens(Prefetch prefetch, const unsigned char* text, int64_t lo, int64_t hi, Each each,
                        Newline newline) {
   constexpr int BATCH = 16;
   int64_t start[BATCH];  // a token's start, or -1: a newline
@@ -466,7 +479,7 @@ int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo
     length[k] = static_cast<uint32_t>(n);
     word[k] = inline_word(text + at, n, end);
     hash[k] = quick_hash(text + at, n, word[k]);
-    table.prefetch(hash[k]);
+    prefetch(hash[k]);
     if (++k == BATCH) flush();
   }, [&] {
     start[k] = -1;
@@ -474,6 +487,13 @@ int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo
   });
   flush();
   return count;
+}
+
+// The same, the slots asked of ``table``.
+template <class Each, class Newline>
+int64_t batched_tokens(const Table& table, const unsigned char* text, int64_t lo, int64_t hi, Each each,
+                       Newline newline) {
+  return batched_tokens([&](uint64_t h) { table.prefetch(h); }, text, lo, hi, each, newline);
 }
 
 // The first byte of text[0, n) that is not valid UTF-8 (Python's strict decoder: the start of the first
@@ -563,14 +583,32 @@ namespace {
 // is in two tables and no table is written by two threads.
 struct Counts {
   std::vector<Table> tables;
-  // Scratch of hvd_w2v_counts_add_text: the tokens each thread found, by the table they go to.
-  struct Token {
+  // Scratch of count_text on more than one thread, a finder (a thread cutting its part of a segment into
+  // tokens) each. Every list is written by one thread at a time and starts a cache line of its own: two threads
+  // writing one line would take it from each other at every token.
+  struct Token {  // a token handed to its word's owner
     const unsigned char* at;
     uint64_t hash;
     int32_t* number;  // where the token's number goes (hvd_w2v_counts_add_numbered), or null
     uint32_t length;
   };
-  std::vector<std::vector<std::vector<Token>>> found;  // [finder][table]
+  struct Word {  // a word that a finder's ``seen`` counted in a segment, handed to its owner with its count
+    const unsigned char* at;
+    uint64_t hash;
+    int64_t count;
+    uint32_t length;
+    uint32_t seen;  // its number in ``seen``
+    int32_t number;  // its provisional number, which the owner writes
+  };
+  struct alignas(64) Tokens : std::vector<Token> {};
+  struct alignas(64) Words : std::vector<Word> {};
+  struct alignas(64) Finder {
+    Table seen;  // the segment's words while they fit in SEEN_WORDS, counted here and handed over once each
+    std::vector<Tokens> tokens;  // by the table they go to
+    std::vector<Words> words;  // by the table they go to
+    std::vector<int32_t> number;  // the provisional numbers of seen's words, by their number there
+  };
+  std::vector<Finder> finders;
 };
 
 inline int64_t part_of(uint64_t h, int64_t parts) {
@@ -585,11 +623,25 @@ inline int64_t provisional_number(int64_t table, int64_t parts, int64_t number) 
 // (32 B a token) whatever the text's size.
 constexpr int64_t SEGMENT_BYTES = 1 << 20;
 
+// The words a finder counts in its own table in a segment (Counts::Finder::seen, 1 MiB of slots): the
+// segment's most frequent words on natural text, whose tokens are then handed over once a word, not once a
+// token. Once it is full, a finder stops asking it for the rest of the segment when the tokens it did not hold
+// pass half of those it held, and 256 (a flat vocabulary, where nearly every word is new).
+constexpr int64_t SEEN_WORDS = 1 << 14;
+
 // hvd_w2v_counts_add_text and hvd_w2v_counts_add_numbered: the tokens of text[0, n) counted, their number in
-// *tokens; with ``out``, the block's provisional numbers written there, their count returned. On more than one
-// thread each part of a segment writes its numbers from its own first byte's place in ``out`` (a part has fewer
-// tokens and newlines than bytes) and an owner writes those of the tokens handed to it in their places; the
-// parts are then moved together.
+// *tokens; with ``out``, the block's provisional numbers written there, their count returned.
+//
+// On more than one thread, segment after segment of SEGMENT_BYTES a thread, each thread (a finder) cuts its
+// part of the segment into tokens and counts them in its own small table (``seen``) while they fit, where
+// natural text's frequent words are counted without leaving the thread; a token that does not fit goes to its
+// word's table (part_of) at once when the thread owns it, else to a list for that table's thread. Then each
+// thread adds to its table the words every finder's ``seen`` holds for it, with their counts, and the tokens
+// handed to it. Numbers: a finder writes its part's numbers from its first byte's place in ``out`` (a part has
+// fewer tokens and newlines than bytes): a seen word's as -2 - its number in ``seen``, turned into its
+// provisional number once the owners have written those, and a handed token's number is written by its owner in
+// its place. The parts are then moved together. A word's tokens may take all three ways in one segment: its
+// counts add up in its table.
 int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out, int64_t* tokens) {
   const int64_t parts = c.tables.size();
   int64_t m = 0;
@@ -615,38 +667,71 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
     {
       const int64_t t = omp_get_thread_num();
       Table& table = c.tables[t];
-      auto& mine = c.found[t];
-      for (auto& f : mine) f.clear();
+      Counts::Finder& me = c.finders[t];
+      me.seen.clear();
+      me.seen.reserve(SEEN_WORDS, 16 * SEEN_WORDS);
+      for (auto& list : me.tokens) list.clear();
+      for (auto& list : me.words) list.clear();
       int32_t* o = out ? out + lo + at[t] : nullptr;
-      int64_t k = 0;
-      found = batched_tokens(table, text, lo + at[t], lo + at[t + 1],
-                             [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+      int64_t k = 0, held = 0, passed = 0;  // tokens seen held, and not, once full
+      bool asking = true;
+      found = batched_tokens([&](uint64_t h) { asking ? me.seen.prefetch(h) : table.prefetch(h); }, text,
+                             lo + at[t], lo + at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+        if (asking) {
+          if (Table::Slot* slot = me.seen.bounded_slot(text + start, length, h, x, SEEN_WORDS)) {
+            ++slot->value;
+            ++held;
+            if (o) o[k++] = -2 - static_cast<int32_t>(slot->number);
+            return;
+          }
+          asking = ++passed <= held / 2 + 256;
+        }
         const int64_t p = part_of(h, parts);
         if (p == t) {
           Table::Slot& slot = table.slot_of(text + start, length, h, x, 0);
           ++slot.value;
           if (o) o[k++] = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         } else {
-          mine[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
+          me.tokens[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
         }
       }, [&] {
         if (o) o[k++] = -1;
+      });
+      me.seen.for_each([&](const Table::Slot& s) {
+        me.words[part_of(s.hash, parts)].push_back({me.seen.word(s), s.hash, s.value, s.length, s.number, 0});
       });
       written[t] = k;
 #pragma omp barrier
       constexpr int AHEAD = 8;
       for (int64_t f = 0; f < parts; ++f) {
-        if (f == t) continue;
-        const auto& list = c.found[f][t];
-        const int64_t size = list.size();
+        auto& words = c.finders[f].words[t];
+        const int64_t size = words.size();
         for (int64_t i = 0; i < size; ++i) {
-          if (i + AHEAD < size) table.prefetch(list[i + AHEAD].hash);
+          if (i + AHEAD < size) table.prefetch(words[i + AHEAD].hash);
+          Counts::Word& w = words[i];
+          Table::Slot& slot = table.slot_of(w.at, w.length, w.hash, w.length <= 8 ? inline_word(w.at, w.length) : 0, 0);
+          slot.value += w.count;
+          w.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
+        }
+        if (f == t) continue;
+        const auto& list = c.finders[f].tokens[t];
+        const int64_t tokens = list.size();
+        for (int64_t i = 0; i < tokens; ++i) {
+          if (i + AHEAD < tokens) table.prefetch(list[i + AHEAD].hash);
           const Counts::Token& token = list[i];
           Table::Slot& slot = table.slot_of(token.at, token.length, token.hash,
                                             token.length <= 8 ? inline_word(token.at, token.length) : 0, 0);
           ++slot.value;
           if (token.number) *token.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         }
+      }
+      if (o) {  // the same on every thread
+#pragma omp barrier
+        me.number.resize(me.seen.size());
+        for (const auto& words : me.words)
+          for (const Counts::Word& w : words) me.number[w.seen] = w.number;
+        for (int64_t i = 0; i < k; ++i)
+          if (o[i] < -1) o[i] = me.number[-2 - o[i]];
       }
     }
     *tokens += found;
@@ -668,16 +753,18 @@ void* hvd_w2v_counts_new(int64_t threads) {
   Counts* c = new Counts();
   threads = std::max<int64_t>(threads, 1);
   c->tables.resize(threads);
-  c->found.assign(threads, std::vector<std::vector<Counts::Token>>(threads));
+  c->finders.resize(threads);
+  for (auto& finder : c->finders) {
+    finder.tokens.resize(threads);
+    finder.words.resize(threads);
+  }
   return c;
 }
 
 void hvd_w2v_counts_free(void* counts) { delete static_cast<Counts*>(counts); }
 
 // Adds the tokens of text[0, n) (whole tokens at both ends) to the counts. On one thread each token goes
-// straight to the table; on more (the counts' own), segment after segment of SEGMENT_BYTES, each thread cuts
-// its part of the segment into tokens and adds those its own table owns at once, then each adds those the
-// other threads found for it. Returns the tokens.
+// straight to the table; on more (the counts' own), as count_text says. Returns the tokens.
 int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t n) {
   int64_t tokens = 0;
   count_text(*static_cast<Counts*>(counts), text, n, nullptr, &tokens);
@@ -780,9 +867,13 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
     byte_start[r] += slot[i]->length;
   }
   for (Table& t : tables) keep ? t.clear() : t.release();
-  if (!keep)  // the tokens' scratch too (hvd_w2v_counts_add_text's, on more than one thread)
-    for (auto& finder : static_cast<Counts*>(counts)->found)
-      for (auto& list : finder) std::vector<Counts::Token>().swap(list);
+  if (!keep)  // count_text's scratch too (on more than one thread)
+    for (auto& finder : static_cast<Counts*>(counts)->finders) {
+      finder.seen.release();
+      for (auto& list : finder.tokens) std::vector<Counts::Token>().swap(list);
+      for (auto& list : finder.words) std::vector<Counts::Word>().swap(list);
+      std::vector<int32_t>().swap(finder.number);
+    }
 }
 
 // out[i] = vocab.hash64 of word i of n (``lengths`` bytes each, end to end in ``words``), on ``threads``.

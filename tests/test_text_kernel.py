@@ -98,10 +98,13 @@ def test_vocabulary_order_is_numpys_on_any_thread_count(lib, monkeypatch):
 
 
 def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
-    """The count on several threads hands each token to the thread whose table owns its word, a segment
-    (text_kernel.cc's SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in
-    several, Zipf-like (most tokens a few frequent words) and flat (most words new), words of 1 to 18 bytes
-    (around the 8 that travel inline). The same counts on 1, 2 and 3 threads."""
+    """The count on several threads counts a segment's words in each thread's own small table while they fit
+    and hands the other tokens to the thread whose table owns their word, a segment (text_kernel.cc's
+    SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in several, Zipf-like
+    (most tokens a few frequent words: the small tables fill, and are still asked) and flat (most words new:
+    they fill, and are no longer asked), words of 1 to 18 bytes (around the 8 that travel inline), lines of 1 to
+    40 words. The same counts on 1, 2 and 3 threads, and the numbered pass's stream gives back every token's
+    word and every newline."""
     rng = np.random.default_rng(0)
     names = [("w" * int(k % 13)) + str(k) for k in range(200_000)]  # 1 to 18 bytes
     zipf = rng.zipf(1.1, 900_000) % 60_000
@@ -114,11 +117,23 @@ def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_d
         words, lengths, values, _, _ = counts.take(1, keep=False, hashed=False)
         return tokens, dict(zip(vocab.split_words(words, lengths), values.tolist()))
 
+    def numbered(text, threads):
+        counts = native.Counts(lib, threads)
+        tokens, stream = counts.add_numbered(text, True)
+        words, lengths, values, _, _, numbers = counts.take(1, keep=False, hashed=False, numbered=True)
+        word = dict(zip(numbers.tolist(), vocab.split_words(words, lengths)))
+        return tokens, [word[k] if k >= 0 else b"\n" for k in stream.tolist()]
+
     for ids in (zipf, flat):
-        text = " ".join(names[k] for k in ids.tolist()).encode()
+        ends = np.cumsum(rng.integers(1, 41, len(ids)))
+        ends = set(ends[ends < len(ids)].tolist())
+        text = "".join(names[k] + ("\n" if i + 1 in ends else " ") for i, k in enumerate(ids.tolist())).encode()
         expected = {w.encode(): c for w, c in zip(*np.unique([names[k] for k in ids.tolist()], return_counts=True))}
         for threads, calls in ((1, 1), (2, 1), (3, 1), (2, 5)):
             assert counted(text, threads, calls) == (len(ids), expected), (threads, calls)
+        stream = [t for line in text.split(b"\n") for t in line.split() + [b"\n"]]
+        for threads in (1, 2, 3):
+            assert numbered(text, threads) == (len(ids), stream), threads
 
 
 def python_offset(block):
