@@ -24,6 +24,9 @@ follows the counting (the vocabulary's order and ids, its lists of words). The r
 runs two 1-thread passes side by side, each a whole copy of the work (its seconds the slower copy's, its CPU
 both copies'): the gain two cores give this pass when none of its threads waits for another, the ceiling
 against which "2 threads against 1" reads.
+The line "the counting alone" times the compiled count's calls on the corpus's blocks held in memory (read
+before the clock starts), on 1 and 2 threads: the counting's own gain from a second thread, with no reader
+beside it taking a core.
 
 With ``--gzip N`` each corpus is cut at line ends into N files of about equal bytes, compressed (gzip level 6)
 once under ``--data``, and the compiled passes on 2 threads run over the plain text,
@@ -66,8 +69,11 @@ def one(corpus, mode, threads, min_count):
     a file or a folder of files; ``mode``: python, compiled (one pass, as `hvd-w2v encode` on one rank),
     two-pass (the compiled count, then the compiled encoding reading the text again), or compiled-1-reader
     (its .gz files inflated on one reader thread, as before corpus.readers); or read and read-1-reader: the
-    text read ahead alone (``count`` its seconds). In one pass ``count`` is the count and the provisional
+    text read ahead alone (``count`` its seconds); or counting: the compiled count's calls alone
+    (native.Counts.add_numbered) over the blocks, read before the clock starts (``count`` their seconds). In one pass ``count`` is the count and the provisional
     stream written, ``encode`` the stream turned into ids."""
+    import numpy as np
+
     from hvd_w2v import corpus as text
     from hvd_w2v import encode, memory, native, pipeline, vocab
     from hvd_w2v.config import Config
@@ -81,6 +87,14 @@ def one(corpus, mode, threads, min_count):
         text.readers = lambda pieces, threads: 1
     paths, _ = text.files_of([corpus])
     readers = text.most_readers(paths, 1, threads)
+    if mode == "counting":  # the count's calls alone, on blocks read before the clock starts
+        lib, blocks = native.text_kernel(), [b for _, b in text.read_ahead(text.split(paths, 1)[0], readers)]
+        out = np.empty(max(len(b) for b, _ in blocks) + 1, np.int32)
+        counts, cpu, t0 = native.Counts(lib, threads), _cpu(), time.perf_counter()
+        for block, file_end in blocks:
+            counts.add_numbered(block, file_end, out)
+        print(f"count {time.perf_counter() - t0:.3f} encode 0 cpu {_cpu() - cpu:.3f}", flush=True)
+        return
     if mode.startswith("read"):  # the text read ahead (inflated, checked) and dropped: what the readers give
         cpu, t0 = _cpu(), time.perf_counter()
         for _ in text.read_ahead(text.split(paths, 1)[0], 1 if mode == "read-1-reader" else readers):
@@ -191,6 +205,7 @@ def table(corpus, runs, python_runs, min_count, w2v):
              (TOGETHER, "compiled", 1, runs)]
     modes = [m for m in modes if m[3] > 0]
     results = {name: [] for name, *_ in modes}
+    alone = {1: [], 2: []}  # the counting alone, text in memory, on 1 and 2 threads
     if w2v:
         results["word2vec.c vocabulary pass, 1 thread"] = []
     with tempfile.TemporaryDirectory(prefix="textpass-w2v-") as scratch:
@@ -198,6 +213,9 @@ def table(corpus, runs, python_runs, min_count, w2v):
             for name, mode, threads, n in modes:
                 if r < n:
                     results[name].append(run_one(corpus, mode, threads, min_count, 2 if name == TOGETHER else 1))
+            for threads, seconds in alone.items():
+                if r < runs:
+                    seconds.append(run_one(corpus, "counting", threads, min_count)["count"])
             if w2v:
                 results["word2vec.c vocabulary pass, 1 thread"].append(run_word2vec(w2v, corpus, min_count, scratch))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
@@ -224,6 +242,9 @@ def table(corpus, runs, python_runs, min_count, w2v):
     print(f"2 threads against 1: {one_t['both'] / two_t['both']:.2f}x (count {one_t['count'] / two_t['count']:.2f}x, "
           f"of which counting tokens {one_t['kernel'] / two_t['kernel']:.2f}x; encode "
           f"{one_t['encode'] / two_t['encode']:.2f}x)")
+    one_a, two_a = (statistics.median(alone[t]) for t in (1, 2))
+    print(f"the counting alone, its text in memory (no reader beside it): {one_a:.2f} s on 1 thread, {two_a:.2f} s on "
+          f"2: {one_a / two_a:.2f}x")
     pair = med[TOGETHER]
     print(f"2 processes of 1 thread at once against 1: {2 * one_t['both'] / pair['both']:.2f}x the work in the time "
           f"(what this machine gives the pass on 2 cores, with no thread of the pass waiting for another)")
