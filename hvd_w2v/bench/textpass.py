@@ -70,8 +70,8 @@ def one(corpus, mode, threads, min_count):
     two-pass (the compiled count, then the compiled encoding reading the text again), or compiled-1-reader
     (its .gz files inflated on one reader thread, as before corpus.readers); or read and read-1-reader: the
     text read ahead alone (``count`` its seconds); or counting: the compiled count's calls alone
-    (native.Counts.add_numbered) over the blocks, read before the clock starts (``count`` their seconds). In one pass ``count`` is the count and the provisional
-    stream written, ``encode`` the stream turned into ids."""
+    (native.Counts.add_numbered) over the blocks, read before the clock starts (``count`` their seconds). In
+    one pass ``count`` is the count and the provisional stream written, ``encode`` the stream turned into ids."""
     import numpy as np
 
     from hvd_w2v import corpus as text
