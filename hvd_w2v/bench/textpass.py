@@ -172,7 +172,10 @@ def run_one(corpus, mode, threads, min_count, copies=1):
         fields = out.split()
         results.append({k: float(v) for k, v in zip(fields[::2], fields[1::2])})
     slowest = max(results, key=lambda r: r["count"] + r["encode"])
-    return dict(slowest, cpu=sum(r["cpu"] for r in results), peak=max(r["peak"] for r in results))
+    merged = dict(slowest, cpu=sum(r["cpu"] for r in results))
+    if "peak" in slowest:
+        merged["peak"] = max(r["peak"] for r in results)
+    return merged
 
 
 def build_word2vec(folder):
