@@ -17,6 +17,7 @@
 // table is written by two threads (a count's tables are split by hash, a scan's numbers renumbered after), so
 // no count, id or error offset depends on the thread count.
 // Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
+#include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -181,34 +182,69 @@ std::vector<int64_t> cuts(const unsigned char* text, int64_t n, int64_t parts) {
   return at;
 }
 
+// Whitespace bytes (WS) and newlines among text[0, n) (n <= 64) as bit masks, bit i for byte i; bits from n
+// on are whitespace and not newlines (the text ends there).
+inline void masks(const unsigned char* p, int64_t n, uint64_t* ws, uint64_t* nl) {
+#if defined(__AVX512BW__)
+  if (n == 64) {
+    const __m512i b = _mm512_loadu_si512(p);
+    *ws = _mm512_cmpeq_epi8_mask(b, _mm512_set1_epi8(' ')) |
+          _mm512_cmple_epu8_mask(_mm512_sub_epi8(b, _mm512_set1_epi8('\t')), _mm512_set1_epi8('\r' - '\t'));
+    *nl = _mm512_cmpeq_epi8_mask(b, _mm512_set1_epi8('\n'));
+    return;
+  }
+#elif defined(__AVX2__)
+  if (n == 64) {
+    uint64_t w[2], l[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
+      const __m256i x = _mm256_sub_epi8(b, _mm256_set1_epi8('\t'));
+      const __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8('\r' - '\t')), x);
+      w[h] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(in, _mm256_cmpeq_epi8(b, _mm256_set1_epi8(' ')))));
+      l[h] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, _mm256_set1_epi8('\n'))));
+    }
+    *ws = w[0] | w[1] << 32;
+    *nl = l[0] | l[1] << 32;
+    return;
+  }
+#endif
+  uint64_t w = n < 64 ? ~0ULL << n : 0, l = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    w |= static_cast<uint64_t>(WS.is[p[i]]) << i;
+    l |= static_cast<uint64_t>(p[i] == '\n') << i;
+  }
+  *ws = w;
+  *nl = l;
+}
+
 // Calls ``token(start, length)`` for each token of text[lo, hi) and ``newline()`` for each newline byte, in
-// order. Returns the tokens.
+// order. Returns the tokens. 64 bytes at a time: their whitespace as a bit mask, a token starting where a
+// whitespace byte is followed by another and ending where the reverse.
 template <class Token, class Newline>
 int64_t tokens(const unsigned char* text, int64_t lo, int64_t hi, Token token, Newline newline) {
-  int64_t count = 0, i = lo;
-  while (i < hi) {
-    const unsigned char c = text[i];
-    if (WS.is[c]) {
-      if (c == '\n') newline();
-      ++i;
-      continue;
-    }
-    const int64_t start = i++;
-    while (i + 8 <= hi) {  // eight bytes at once: the first at most 0x20 (every whitespace byte is)
-      uint64_t x;
-      std::memcpy(&x, text + i, 8);
-      const uint64_t low = (x - 0x2121212121212121ULL) & ~x & 0x8080808080808080ULL;
-      if (!low) {
-        i += 8;
-        continue;
+  int64_t count = 0, start = lo;
+  uint64_t before = 1;  // whether the byte before the chunk is whitespace (text[lo - 1] is taken to be)
+  for (int64_t base = lo; base < hi; base += 64) {
+    uint64_t ws, nl;
+    masks(text + base, std::min<int64_t>(64, hi - base), &ws, &nl);
+    const uint64_t edges = ws ^ (ws << 1 | before);  // byte i differs from byte i - 1
+    before = ws >> 63;
+    for (uint64_t events = edges | nl; events; events &= events - 1) {
+      const int i = __builtin_ctzll(events);
+      const uint64_t bit = uint64_t(1) << i;
+      if (!(ws & bit)) {
+        start = base + i;
+      } else {
+        if (edges & bit) {
+          token(start, base + i - start);
+          ++count;
+        }
+        if (nl & bit) newline();
       }
-      i += __builtin_ctzll(low) >> 3;  // exact for the first such byte (later flags may be false)
-      if (WS.is[text[i]]) goto found;
-      ++i;  // a control byte, part of the token
     }
-    while (i < hi && !WS.is[text[i]]) ++i;
-  found:
-    token(start, i - start);
+  }
+  if (!before) {  // the last chunk was whole and ends in a token
+    token(start, hi - start);
     ++count;
   }
   return count;
