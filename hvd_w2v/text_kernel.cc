@@ -615,6 +615,14 @@ namespace {
 
 // -- counts -------------------------------------------------------------------------------------------------
 
+// The words a finder counts in its own table in a segment (Counts::Finder::seen, 1 MiB of slots at most): the
+// segment's most frequent words on natural text, whose tokens are then handed over once a word, not once a
+// token. Once it is full, a finder stops asking it for the rest of the segment when the tokens it did not hold
+// pass half of those it held, and 256 (a flat vocabulary, where nearly every word is new). Its room for the
+// next segment is then a quarter (LEAST_SEEN at least), else twice (SEEN_WORDS at most): on a flat vocabulary
+// the words it takes in before it stops, each counted twice, are few.
+constexpr int64_t SEEN_WORDS = 1 << 14, LEAST_SEEN = 1 << 10;
+
 // A rank's counts: one table per thread, each holding the words whose quick hash it owns (part_of), so no word
 // is in two tables and no table is written by two threads.
 struct Counts {
@@ -639,10 +647,11 @@ struct Counts {
   struct alignas(64) Tokens : std::vector<Token> {};
   struct alignas(64) Words : std::vector<Word> {};
   struct alignas(64) Finder {
-    Table seen;  // the segment's words while they fit in SEEN_WORDS, counted here and handed over once each
+    Table seen;  // the segment's words while they fit in ``room``, counted here and handed over once each
     std::vector<Tokens> tokens;  // by the table they go to
     std::vector<Words> words;  // by the table they go to
     std::vector<int32_t> number;  // the provisional numbers of seen's words, by their number there
+    int64_t room = SEEN_WORDS;  // the words ``seen`` may take in this segment
   };
   std::vector<Finder> finders;
 };
@@ -658,12 +667,6 @@ inline int64_t provisional_number(int64_t table, int64_t parts, int64_t number) 
 // Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
 // (32 B a token) whatever the text's size.
 constexpr int64_t SEGMENT_BYTES = 1 << 20;
-
-// The words a finder counts in its own table in a segment (Counts::Finder::seen, 1 MiB of slots): the
-// segment's most frequent words on natural text, whose tokens are then handed over once a word, not once a
-// token. Once it is full, a finder stops asking it for the rest of the segment when the tokens it did not hold
-// pass half of those it held, and 256 (a flat vocabulary, where nearly every word is new).
-constexpr int64_t SEEN_WORDS = 1 << 14;
 
 // hvd_w2v_counts_add_text and hvd_w2v_counts_add_numbered: the tokens of text[0, n) counted, their number in
 // *tokens; with ``out``, the block's provisional numbers written there, their count returned.
@@ -714,7 +717,7 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
       found = batched_tokens([&](uint64_t h) { asking ? me.seen.prefetch(h) : table.prefetch(h); }, text,
                              lo + at[t], lo + at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
         if (asking) {
-          if (Table::Slot* slot = me.seen.bounded_slot(text + start, length, h, x, SEEN_WORDS)) {
+          if (Table::Slot* slot = me.seen.bounded_slot(text + start, length, h, x, me.room)) {
             ++slot->value;
             ++held;
             if (o) o[k++] = -2 - static_cast<int32_t>(slot->number);
@@ -733,6 +736,7 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
       }, [&] {
         if (o) o[k++] = -1;
       });
+      me.room = asking ? std::min(2 * me.room, SEEN_WORDS) : std::max(me.room / 4, LEAST_SEEN);
       me.seen.for_each([&](const Table::Slot& s) {
         me.words[part_of(s.hash, parts)].push_back({me.seen.word(s), s.hash, s.value, s.length, s.number, 0});
       });

@@ -101,8 +101,8 @@ def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_d
     """The count on several threads counts a segment's words in each thread's own small table while they fit
     and hands the other tokens to the thread whose table owns their word, a segment (text_kernel.cc's
     SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in several, Zipf-like
-    (most tokens a few frequent words: the small tables fill, and are still asked) and flat (most words new:
-    they fill, and are no longer asked), words of 1 to 18 bytes (around the 8 that travel inline), lines of 1 to
+    (most tokens a few frequent words: the small tables fill, and are still asked), flat (most words new:
+    they fill, are no longer asked, and take fewer words the next segment) and flat then Zipf-like, words of 1 to 18 bytes (around the 8 that travel inline), lines of 1 to
     40 words. The same counts on 1, 2 and 3 threads, and the numbered pass's stream gives back every token's
     word and every newline."""
     rng = np.random.default_rng(0)
@@ -124,7 +124,7 @@ def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_d
         word = dict(zip(numbers.tolist(), vocab.split_words(words, lengths)))
         return tokens, [word[k] if k >= 0 else b"\n" for k in stream.tolist()]
 
-    for ids in (zipf, flat):
+    for ids in (zipf, flat, np.concatenate([flat, zipf])):  # the last: small tables shrink, then grow again
         ends = np.cumsum(rng.integers(1, 41, len(ids)))
         ends = set(ends[ends < len(ids)].tolist())
         text = "".join(names[k] + ("\n" if i + 1 in ends else " ") for i, k in enumerate(ids.tolist())).encode()

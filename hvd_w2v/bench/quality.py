@@ -22,10 +22,17 @@ With ``--variant OPTS`` (repeatable), hvd-w2v trains once per variant at each ra
 variant's options (space-separated, after ``--hvd-option``'s; "" for none), a row each: the exact step beside
 shard-local SGD's settings, say, in one table.
 
+With ``--interleave V`` every trainer reads the corpus's lines in the order in which V shards of shard-local
+SGD take its positions (localsgd.shard_range): the lines cut into V consecutive parts of about equal tokens,
+then a line of each part in turn. The exact step on that order tells what the shards' order alone does to the
+scores, apart from their merge.
+
 With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
 table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
 """
 import argparse
+import bisect
+import itertools
 import os
 import statistics
 import subprocess
@@ -65,6 +72,23 @@ def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
     return time.monotonic() - t
 
 
+def interleaved(path, shards, workdir):
+    """``path``'s lines as ``shards`` shards take them (see the module's docstring), as a file of its own."""
+    out = os.path.join(workdir, f"{os.path.splitext(os.path.basename(path))[0]}-interleaved-{shards}.txt")
+    if not os.path.exists(out):
+        with open(path, "rb") as f:
+            lines = f.readlines()
+        ends = list(itertools.accumulate(len(line.split()) for line in lines))
+        total = ends[-1] if ends else 0
+        cuts = [0] + [bisect.bisect_left(ends, total * v // shards) for v in range(1, shards)] + [len(lines)]
+        parts = [range(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
+        with open(out + ".tmp", "wb") as f:
+            for k in range(max(map(len, parts))):
+                f.writelines(lines[part[k]] for part in parts if k < len(part))
+        os.replace(out + ".tmp", out)
+    return os.path.abspath(out)
+
+
 def _cell(values, width, digits=3):
     """The mean, and with several values their range: ``0.351 (0.347-0.356)``."""
     mean = f"{statistics.mean(values):.{digits}f}"
@@ -92,12 +116,16 @@ def main(argv=None):
                    help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=512 (repeatable)")
     p.add_argument("--variant", action="append", default=[], metavar="OPTS",
                    help="hvd-w2v options of one more row per rank count, space-separated (repeatable; \"\": none)")
+    p.add_argument("--interleave", type=int, default=1, metavar="V",
+                   help="read the lines as V shards take them, a line of each in turn (default: %(default)s: in order)")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if not os.path.exists(args.corpus):
         raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
     corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    if args.interleave > 1:
+        corpus = interleaved(corpus, args.interleave, args.out)
     sources = (["sentences", "corpus_file"] if args.gensim_input == "both" else [args.gensim_input]) \
         if args.gensim_workers else []
     rows = {}  # (arch, trainer) -> [(seconds, analogy, ws353, simlex)], one per seed
