@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from .errors import UserError
-from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, PARTIAL_BYTES, RUN_BYTES  # no TensorFlow behind them
+from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes  # no TensorFlow behind them
 from .wording import counted
 
 MIB = 1 << 20
@@ -134,7 +134,7 @@ def reading_bytes(read, ranks, threads, corpus_bytes, readers, passes):
 def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, readers=1):
     """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
     reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
-    (vocab.PARTIAL_BYTES), and the owned counts. On one rank its ``threads`` tables are the owned ones
+    (vocab.partial_bytes), and the owned counts. On one rank its ``threads`` tables are the owned ones
     (vocab.count), else one table; and with the compiled passes, the block's provisional stream (the encoding
     in the same pass, passes.numbered_read; planned whether or not the job encodes)."""
     own = passes.owned_word * owned
@@ -142,7 +142,7 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, 
         own += table_bytes(owned, threads if ranks == 1 else 1)
     read = passes.count_read + (passes.numbered_read if ranks == 1 else 0)
     return (reading_bytes(read, ranks, threads, corpus_bytes, readers, passes)
-            + (PARTIAL_BYTES if ranks > 1 else 0) + own)
+            + (partial_bytes(threads, passes.tables) if ranks > 1 else 0) + own)
 
 
 def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED,

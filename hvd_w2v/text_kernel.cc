@@ -451,9 +451,11 @@ class alignas(64) Table {
     bytes_.reserve(bytes);
   }
 
-  // Empty, keeping the memory of its slots for the next block or round.
-  void clear() {
-    if (where_.size() * 8 < slots_.size()) {  // few words: clear their slots alone
+  // Empty, keeping the memory of its slots for the next block or round. ``cached``: the slots are in the
+  // caches (a small table), where clearing the words' slots alone costs less than a pass over all of them
+  // even when most are full; in a table larger than the caches, a look-up each costs more than the pass.
+  void clear(bool cached = false) {
+    if (cached || where_.size() * 8 < slots_.size()) {  // few words: clear their slots alone
       for (uint64_t i : where_) slots_[i].length = 0;
     } else {
       std::fill(slots_.begin(), slots_.end(), Slot{});
@@ -707,7 +709,7 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
       const int64_t t = omp_get_thread_num();
       Table& table = c.tables[t];
       Counts::Finder& me = c.finders[t];
-      me.seen.clear();
+      me.seen.clear(true);
       me.seen.reserve(SEEN_WORDS, 16 * SEEN_WORDS);
       for (auto& list : me.tokens) list.clear();
       for (auto& list : me.words) list.clear();
@@ -737,9 +739,10 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
         if (o) o[k++] = -1;
       });
       me.room = asking ? std::min(2 * me.room, SEEN_WORDS) : std::max(me.room / 4, LEAST_SEEN);
-      me.seen.for_each([&](const Table::Slot& s) {
+      for (int64_t w = 0; w < me.seen.size(); ++w) {  // its words alone: a small part's are few of its slots
+        const Table::Slot& s = me.seen.slot(w);
         me.words[part_of(s.hash, parts)].push_back({me.seen.word(s), s.hash, s.value, s.length, s.number, 0});
-      });
+      }
       written[t] = k;
 #pragma omp barrier
       constexpr int AHEAD = 8;

@@ -15,15 +15,16 @@
 Memory per rank (8-byte words):
 - while counting: the partial Counter, at most FLUSH_WORDS + CHUNK_BYTES / 2 = 98,304 distinct words at 96 B,
   and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107 B
-  more: PARTIAL_BYTES = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct tokens
-  it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are counted,
-  so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
+  more: :func:`partial_bytes` = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct
+  tokens it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are
+  counted, so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
   and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's; there, with the
   compiled passes, the count can also encode (:func:`build`'s ``numbered``): each token's number in its table
   (4 B, written to disk beside the shard block by block) becomes its id once the ids are agreed.
   The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
-  bytes beside them, and a round's copies laid end to end (about 60 B a word): under PARTIAL_BYTES too. Each
+  bytes beside them, and a round's copies laid end to end (about 60 B a word), between two looks at the bound
+  a larger part of text (THREAD_CHUNKS chunks a thread), whose tokens :func:`partial_bytes` adds. Each
   reader (corpus.readers: one, or one a .gz file) holds two blocks (one read ahead). The memory plan gives
   the owner's counts in either form (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text
   passes before training").
@@ -57,15 +58,32 @@ NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution t
 # (hash64, sorting, merging), and a smaller bound sends the frequent words more often.
 FLUSH_WORDS = 1 << 16
 # Text counted between two looks at the bound: a chunk of it holds at most CHUNK_BYTES / 2 tokens (a token
-# and its whitespace take 2 bytes or more), so the partial Counter never holds more than FLUSH_WORDS +
+# and its whitespace take 2 bytes or more), so Python's partial Counter never holds more than FLUSH_WORDS +
 # CHUNK_BYTES / 2 = 98,304 words.
 CHUNK_BYTES = 1 << 16
+# The compiled count takes THREAD_CHUNKS chunks a thread of the rank between two looks at the bound: each call
+# on T threads pays a fixed part (the threads' start and barriers, the hand-over of their small tables:
+# text_kernel.cc count_text), which one chunk a thread did not cover on 2 threads (hvd_w2v/bench/README.md,
+# "The count's parts on several ranks").
+THREAD_CHUNKS = 4
 # Bytes per word of the partial counts (96: the Counter) and of a round's copies above them (107: words
 # sorted by owner, lengths, the bytes sent and received, counts, the owner's new entries), 8-byte words, per
-# rank; measured with tracemalloc around vocab._flush on 2 and 4 ranks, 95,536 words per rank.
+# rank; measured with tracemalloc around vocab._flush on 2 and 4 ranks, 95,536 words per rank. The compiled
+# tables take less (their 32 B slots, and about 60 B a word while a round sends them).
 PARTIAL_WORD_BYTES = 96 + 107
-# Upper bound of the partial counts and a round's copies, bytes per rank: 98,304 words x 203 B = 19 MiB.
-PARTIAL_BYTES = (FLUSH_WORDS + CHUNK_BYTES // 2) * PARTIAL_WORD_BYTES
+
+
+def part_bytes(threads=1, compiled=True):
+    """The text a rank of ``threads`` threads counts between two looks at FLUSH_WORDS: CHUNK_BYTES (Python's
+    loops, one thread), or THREAD_CHUNKS chunks a thread (the compiled count)."""
+    return CHUNK_BYTES * (THREAD_CHUNKS * max(threads, 1) if compiled else 1)
+
+
+def partial_bytes(threads=1, compiled=True):
+    """Upper bound of the partial counts and a round's copies, bytes per rank of ``threads`` threads: FLUSH_WORDS
+    words and a part's tokens (:func:`part_bytes` / 2) at PARTIAL_WORD_BYTES: 19 MiB with Python's loops, 38
+    MiB on 1 thread compiled and 25 MiB more a thread, whatever the corpus."""
+    return (FLUSH_WORDS + part_bytes(threads, compiled) // 2) * PARTIAL_WORD_BYTES
 
 
 def hash64(word):
@@ -311,7 +329,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     local = native.Counts(lib, threads)
     owned = local if comm.size == 1 else native.Counts(lib, 1)
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
-    chunk = CHUNK_BYTES if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
+    chunk = part_bytes(threads) if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
     parts = iter(()) if error else _parts(pieces, chunk, reading, threads)
     raw, done = 0, error is not None
     added, after = 0, 1  # one rank: the words the last part added, and its bytes
@@ -430,13 +448,20 @@ def _parts(pieces, chunk_bytes, reading, threads):
     # The readers check each block (1 thread a block: a small share of the work) while the rank's threads
     # count the one before, rather than two teams of threads at once on the rank's cores.
     for _, (block, _) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):  # any file order
-        start = 0
-        while start < len(block):
-            cut = (_WHITESPACE.search(block, start + chunk_bytes)
-                   if chunk_bytes and start + chunk_bytes < len(block) else None)
-            end = cut.start() if cut else len(block)
+        for start, end in cuts(block, chunk_bytes):
             yield block, start, end
-            start = end
+
+
+def cuts(block, chunk_bytes):
+    """``(start, end)`` of the parts of ``block`` (bytes of whole tokens) cut at the first whitespace after
+    each ``chunk_bytes`` (None: the whole block)."""
+    start = 0
+    while start < len(block):
+        cut = (_WHITESPACE.search(block, start + chunk_bytes)
+               if chunk_bytes and start + chunk_bytes < len(block) else None)
+        end = cut.start() if cut else len(block)
+        yield start, end
+        start = end
 
 
 def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None):

@@ -170,7 +170,7 @@ def test_counts_are_exact_over_many_rounds(comm, tmp_path_factory):
         with open(path, "wb") as f:
             f.write(b"alpha beta gamma delta\n" * 100_000 + open(f"{folder}/zipf.txt", "rb").read())
     comm.Barrier()
-    vocab.FLUSH_WORDS, vocab.CHUNK_BYTES = 64, 1024
+    vocab.FLUSH_WORDS, vocab.CHUNK_BYTES, vocab.THREAD_CHUNKS = 64, 1024, 1
     rounds = []
     flush, flush_compiled = vocab._flush, vocab._flush_compiled  # Python's passes, or the compiled ones
     vocab._flush = lambda *a: (rounds.append(1), flush(*a))[1]  # its answer: a memory limit's refusal or None

@@ -272,7 +272,7 @@ from hvd_w2v.config import Config
 
 comm = Comm(MPI.COMM_WORLD, None, threads=2)
 paths, _ = corpus.files_of([sys.argv[1]])
-corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS = 4096, 1000, 64
+corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS, vocab.THREAD_CHUNKS = 4096, 1000, 64, 1
 kernel = native.text_kernel
 seen = []
 for compiled in (False, True):

@@ -26,7 +26,8 @@ both copies'): the gain two cores give this pass when none of its threads waits 
 against which "2 threads against 1" reads.
 The line "the counting alone" times the compiled count's calls on the corpus's blocks held in memory (read
 before the clock starts), on 1 and 2 threads: the counting's own gain from a second thread, with no reader
-beside it taking a core.
+beside it taking a core; the next line the same calls (native.Counts.add_text) on the parts a rank cuts its
+blocks into when the count has rounds (several ranks, vocab.part_bytes), against the 64 KiB parts of before.
 
 With ``--gzip N`` each corpus is cut at line ends into N files of about equal bytes, compressed (gzip level 6)
 once under ``--data``, and the compiled passes on 2 threads run over the plain text,
@@ -87,12 +88,19 @@ def one(corpus, mode, threads, min_count):
         text.readers = lambda pieces, threads: 1
     paths, _ = text.files_of([corpus])
     readers = text.most_readers(paths, 1, threads)
-    if mode == "counting":  # the count's calls alone, on blocks read before the clock starts
+    if mode.startswith("counting"):  # the count's calls alone, on blocks read before the clock starts
         lib, blocks = native.text_kernel(), [b for _, b in text.read_ahead(text.split(paths, 1)[0], readers)]
         out = np.empty(max(len(b) for b, _ in blocks) + 1, np.int32)
+        part = int(mode.partition("-")[2] or 0)  # counting-N: add_text on parts of N bytes, as several ranks'
+        cut = [[(block, *c) for c in vocab.cuts(block, part)] for block, _ in blocks] if part else None
         counts, cpu, t0 = native.Counts(lib, threads), _cpu(), time.perf_counter()
-        for block, file_end in blocks:
-            counts.add_numbered(block, file_end, out)
+        if part:
+            for parts in cut:
+                for block_part in parts:
+                    counts.add_text(*block_part)
+        else:
+            for block, file_end in blocks:
+                counts.add_numbered(block, file_end, out)
         print(f"count {time.perf_counter() - t0:.3f} encode 0 cpu {_cpu() - cpu:.3f}", flush=True)
         return
     if mode.startswith("read"):  # the text read ahead (inflated, checked) and dropped: what the readers give
@@ -209,6 +217,8 @@ def table(corpus, runs, python_runs, min_count, w2v):
     modes = [m for m in modes if m[3] > 0]
     results = {name: [] for name, *_ in modes}
     alone = {1: [], 2: []}  # the counting alone, text in memory, on 1 and 2 threads
+    from hvd_w2v import vocab  # the parts of the count on several ranks: before, and vocab.part_bytes
+    parts = {(name, t): [] for name in ("chunk", "part") for t in (1, 2)}
     if w2v:
         results["word2vec.c vocabulary pass, 1 thread"] = []
     with tempfile.TemporaryDirectory(prefix="textpass-w2v-") as scratch:
@@ -219,6 +229,10 @@ def table(corpus, runs, python_runs, min_count, w2v):
             for threads, seconds in alone.items():
                 if r < runs:
                     seconds.append(run_one(corpus, "counting", threads, min_count)["count"])
+            for (name, threads), seconds in parts.items():
+                if r < runs:
+                    size = vocab.CHUNK_BYTES if name == "chunk" else vocab.part_bytes(threads)
+                    seconds.append(run_one(corpus, f"counting-{size}", threads, min_count)["count"])
             if w2v:
                 results["word2vec.c vocabulary pass, 1 thread"].append(run_word2vec(w2v, corpus, min_count, scratch))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
@@ -248,6 +262,11 @@ def table(corpus, runs, python_runs, min_count, w2v):
     one_a, two_a = (statistics.median(alone[t]) for t in (1, 2))
     print(f"the counting alone, its text in memory (no reader beside it): {one_a:.2f} s on 1 thread, {two_a:.2f} s on "
           f"2: {one_a / two_a:.2f}x")
+    (c1, c2), (p1, p2) = ((statistics.median(parts[name, t]) for t in (1, 2)) for name in ("chunk", "part"))
+    print(f"the counting alone in the parts of a count on several ranks (rounds left out): parts of "
+          f"{vocab.CHUNK_BYTES >> 10} KiB (before) {c1:.2f} s on 1 thread, {c2:.2f} s on 2 ({c1 / c2:.2f}x); "
+          f"{vocab.THREAD_CHUNKS} x {vocab.CHUNK_BYTES >> 10} KiB a thread (vocab.part_bytes) {p1:.2f} s on 1, "
+          f"{p2:.2f} s on 2 ({p1 / p2:.2f}x): {c2 / p2:.2f}x faster on 2 threads")
     pair = med[TOGETHER]
     print(f"2 processes of 1 thread at once against 1: {2 * one_t['both'] / pair['both']:.2f}x the work in the time "
           f"(what this machine gives the pass on 2 cores, with no thread of the pass waiting for another)")
