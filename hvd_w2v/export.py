@@ -12,7 +12,9 @@ import socket
 
 import numpy as np
 
+from . import native
 from .errors import UserError
+from .vocab import WordList, gather_words
 
 # Local rows per rank per round: bounds the lines held in memory (each rank's block, as made, sent and
 # received, and its share in file order: four times a block's bytes on several ranks).
@@ -34,20 +36,31 @@ def write_word2vec(comm, path, plan, words, rows, binary=False):
     """
     fmt = binary_line if binary else text_line
     header = f"{plan.vocab_size} {rows.shape[1]}\n".encode()
-    write_ordered(comm, path, header, plan, lambda lo, hi: [fmt(words[k], rows[k]) for k in range(lo, hi)])
+    write_ordered(comm, path, header, plan, lambda lo, hi: joined([fmt(words[k], rows[k]) for k in range(lo, hi)]))
 
 
 def write_vocab(comm, path, plan, words, counts):
-    """Write ``word count`` lines in id (frequency) order, as word2vec.c's -save-vocab. Collective."""
+    """Write ``word count`` lines in id (frequency) order, as word2vec.c's -save-vocab. Collective. ``words``:
+    a vocab.WordList (its lines made in text_kernel.cc where it is built) or any sequence of bytes."""
+    lib = native.text_kernel() if isinstance(words, WordList) else None
+
     def lines(lo, hi):
-        return [b"%s %d\n" % line for line in zip(words[lo:hi], np.asarray(counts[lo:hi]).tolist())]
+        if lib is not None:
+            return native.count_lines(lib, words[lo:hi], counts[lo:hi])
+        return joined([b"%s %d\n" % line for line in zip(words[lo:hi], np.asarray(counts[lo:hi]).tolist())])
 
     write_ordered(comm, path, b"", plan, lines)
 
 
+def joined(lines):
+    """(bytes, int64 lengths) of a list of lines: what :func:`write_ordered`'s ``lines_of`` gives."""
+    return b"".join(lines), np.fromiter(map(len, lines), np.int64, count=len(lines))
+
+
 def write_ordered(comm, path, header, plan, lines_of):
     """Write ``header`` then the line of every word id in order; ``lines_of(lo, hi)`` gives this rank's, of
-    its local rows ``lo..hi-1``, as a list. One write a block on each rank (:func:`_share`).
+    its local rows ``lo..hi-1``, as (their bytes end to end, int64 lengths) (:func:`joined` of a list). One
+    write a block on each rank (:func:`_share`).
 
     Collective: every rank calls it with the same ``path``, ``header`` and ``plan``. Raises UserError on every
     rank when the file cannot be written (any rank's OSError), after removing the temporary file; a file
@@ -80,9 +93,9 @@ def write_ordered(comm, path, header, plan, lines_of):
         mine = plan.rows(comm.rank)
         rounds = comm.allreduce(-(-mine // BLOCK_ROWS), "max")
         for b in range(rounds):
-            lines = lines_of(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))
+            lines, lengths = lines_of(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))
             # mpi4py: every rank's line lengths for this block; id = (block row) * P + rank.
-            lengths = comm.allgather(np.array([len(x) for x in lines], dtype=np.int64))
+            lengths = comm.allgather(lengths)
             width = max(len(x) for x in lengths)
             table = np.zeros((width, comm.size), dtype=np.int64)
             for r, x in enumerate(lengths):
@@ -125,7 +138,8 @@ def _write_at(fd, data, at):
 def _share(comm, lines, table):
     """This rank's share of a block, as bytes in file order, and where it starts in the block. The block's
     rows (row i: line i of rank 0, then of rank 1, ...; ``table[i, r]`` the length of rank r's, 0 where it has
-    none) are cut into ``comm.size`` ranges; rank d receives every rank's ``lines`` of range d (one alltoallv,
+    none) are cut into ``comm.size`` ranges; rank d receives every rank's ``lines`` (bytes, this rank's lines
+    end to end) of range d (one alltoallv,
     collective) and lays them out as the file does, so that each rank writes its share at once where one
     write a line made the ranks' interleaved lines cost a system call each."""
     width, ranks = table.shape
@@ -133,13 +147,12 @@ def _share(comm, lines, table):
     lo, hi = cut[comm.rank], cut[comm.rank + 1]
     at = int(table[:lo].sum())
     if ranks == 1:
-        return b"".join(lines), at
+        return lines, at
     sent = np.concatenate(([0], np.cumsum(table[:, comm.rank])))[cut]  # this rank's bytes before each range
-    got, per_source = comm.alltoallv(np.frombuffer(b"".join(lines), np.uint8), np.diff(sent))
-    part = table[lo:hi]  # range d's line lengths, a row each, by source
-    offsets = np.cumsum(part, axis=0) - part + (np.cumsum(per_source) - per_source)  # each line's place in got
-    view = memoryview(got)
-    return b"".join([view[o:o + n] for o, n in zip(offsets.ravel().tolist(), part.ravel().tolist())]), at
+    got, _ = comm.alltoallv(np.frombuffer(lines, np.uint8), np.diff(sent))
+    part = table[lo:hi]  # range d's line lengths, a row each, by source; ``got`` holds them source by source
+    in_got = np.arange(part.size).reshape(part.shape[::-1]).T.ravel()  # file order: row by row, then by source
+    return gather_words(got, part.T.ravel(), in_got)[0].tobytes(), at
 
 
 def _agree_or_remove(comm, error, tmp):

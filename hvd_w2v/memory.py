@@ -73,8 +73,10 @@ class TextPasses:
 # - asked_word: on 2 ranks, the encoding's peak less the above and the scan's table of a block's distinct words
 #   (vocab.Vocab.block_distinct: 591,601 and 819,274 expected, 591,637 seen), over those words: 9 and 56 B on
 #   the 1M-token-law ranks, 49 and 83 B on the 4M ones; the largest, rounded up.
-# - word: the resident set after vocab.build over the words the rank owns, 87.4 B (1 rank) and 87.1 B (2
-#   ranks) at 3.3M words kept; the heap is trimmed there (native.trim_heap), so no freed page is left in it.
+# - word: the resident set after vocab.build over the words the rank owns (`bench.memory_probes passes`): 58.5
+#   B (1 rank, 2 threads, the one pass's ids of its provisional numbers included) and 47.0 B (2 ranks) at
+#   3.3M words kept, its rows' words laid end to end (vocab.WordList; 87 B as a list of bytes objects); the
+#   heap is trimmed there (native.trim_heap), so no freed page is left in it.
 # - thread: the real corpus on 1 rank, 2 threads against 1: 12 MiB more while counting, 16 after it, 12 while
 #   encoding (the flat corpus's: 6, 0 and 22); the largest, 16 MiB, added to both passes.
 # - reader: corpus.read_ahead's readers beyond the first each hold two blocks (one in the queue, one read) and
@@ -85,7 +87,7 @@ class TextPasses:
 # - numbered_read: on one rank the count also writes each block's stream of provisional numbers (int32, one
 #   per byte of the block at most: vocab.build's ``numbered``, encoding in the same pass), 4 B a byte.
 COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, owned_word=14, lookup_word=8, asked_word=84,
-                      word=89, thread=16 * MIB, reader=3, tables=True)
+                      word=59, thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
 # - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
 #   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
@@ -95,7 +97,7 @@ COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, owned_word=1
 # - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
 # - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
 PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, owned_word=100, lookup_word=54, asked_word=82,
-                    word=89 + 144, thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
+                    word=59 + 144, thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
@@ -134,12 +136,12 @@ def reading_bytes(read, ranks, threads, corpus_bytes, readers, passes):
 def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, readers=1):
     """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
     reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
-    (vocab.partial_bytes), and the owned counts. On one rank its ``threads`` tables are the owned ones
-    (vocab.count), else one table; and with the compiled passes, the block's provisional stream (the encoding
-    in the same pass, passes.numbered_read; planned whether or not the job encodes)."""
+    (vocab.partial_bytes), and the owned counts, in ``threads`` tables (on one rank the partial tables are the
+    owned ones: vocab.count); and on one rank with the compiled passes, the block's provisional stream (the
+    encoding in the same pass, passes.numbered_read; planned whether or not the job encodes)."""
     own = passes.owned_word * owned
     if passes.tables:
-        own += table_bytes(owned, threads if ranks == 1 else 1)
+        own += table_bytes(owned, threads)
     read = passes.count_read + (passes.numbered_read if ranks == 1 else 0)
     return (reading_bytes(read, ranks, threads, corpus_bytes, readers, passes)
             + (partial_bytes(threads, passes.tables) if ranks > 1 else 0) + own)

@@ -507,6 +507,7 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
                   "hvd_w2v_count_order": ([P, P, I64, P, I64], None),
                   "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
+                  "hvd_w2v_count_lines": ([P, P, I64, P, I64, P, P], I64),
                   "hvd_w2v_encode_local": ([P, P, I64, I64, P, I64, ctypes.c_int32], I64),
                   "hvd_w2v_lookup_new": ([P, P, P, I64], P), "hvd_w2v_lookup_free": ([P], None),
                   "hvd_w2v_lookup_ids": ([P, P, P, I64, P, I64], None),
@@ -591,6 +592,20 @@ def gather_words(lib, words, lengths, which):
     lib.hvd_w2v_gather_words(words.ctypes.data, lengths.ctypes.data, len(lengths), which.ctypes.data, len(which),
                              out.ctypes.data, picked.ctypes.data)
     return out, picked
+
+
+def count_lines(lib, words, counts):
+    """(bytes, int64 lengths) of the lines "word count\\n" of ``words`` (a vocab.WordList) and ``counts``, compiled:
+    export.write_vocab's."""
+    ends = np.ascontiguousarray(words.ends, np.int64)
+    counts = np.ascontiguousarray(counts, np.int64)
+    if len(counts) != len(ends):
+        raise ValueError("one count per word")
+    out = np.empty(int(ends[-1] - words.start) + 22 * len(ends) if len(ends) else 0, np.uint8)
+    lengths = np.empty(len(ends), np.int64)
+    m = lib.hvd_w2v_count_lines(_text(words.data), ends.ctypes.data, words.start, counts.ctypes.data, len(ends),
+                                out.ctypes.data, lengths.ctypes.data)
+    return out[:m].tobytes(), lengths
 
 
 class Counts:

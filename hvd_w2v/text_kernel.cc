@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <charconv>
 #include <parallel/algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -827,25 +828,31 @@ int64_t hvd_w2v_counts_add_numbered(void* counts, const unsigned char* text, int
 }
 
 // Adds n words (``lengths`` bytes each, laid end to end in ``words``) with their ``counts`` (a round's, at
-// their hash owner). A batch of words is hashed and its slots asked for before any is added: on a flat
-// vocabulary nearly every word is new, so nearly every add would otherwise wait for memory.
+// their hash owner), each to its table (part_of), on the counts' threads: the words hashed a share a thread,
+// then each thread adds those of its own table, so that no table is written by two. A thread asks for the slots
+// of its words some words ahead: on a flat vocabulary nearly every word is new, so nearly every add would
+// otherwise wait for memory.
 void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const int64_t* lengths,
                               const int64_t* values, int64_t n) {
   Counts& c = *static_cast<Counts*>(counts);
   const int64_t parts = c.tables.size();
-  constexpr int BATCH = 16;
-  uint64_t hash[BATCH];
-  const unsigned char* at[BATCH];
-  for (int64_t i = 0; i < n; i += BATCH) {
-    const int b = static_cast<int>(std::min<int64_t>(BATCH, n - i));
-    for (int j = 0; j < b; ++j) {
-      at[j] = words;
-      hash[j] = quick_hash(words, lengths[i + j]);
-      c.tables[part_of(hash[j], parts)].prefetch(hash[j]);
-      words += lengths[i + j];
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  std::vector<uint64_t> hash(n);
+#pragma omp parallel num_threads(parts)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) hash[i] = quick_hash(words + start[i], lengths[i]);
+    const int64_t t = omp_get_thread_num();
+    Table& table = c.tables[t];
+    constexpr int64_t AHEAD = 8;
+    int64_t ahead = 0;  // the next word whose slot is asked for
+    for (int64_t i = 0; i < n; ++i) {
+      if (parts > 1 && part_of(hash[i], parts) != t) continue;
+      for (ahead = std::max(ahead, i + 1); ahead < n && ahead <= i + AHEAD * parts; ++ahead)
+        if (parts == 1 || part_of(hash[ahead], parts) == t) table.prefetch(hash[ahead]);
+      table.at(words + start[i], static_cast<uint32_t>(lengths[i]), hash[i]) += values[i];
     }
-    for (int j = 0; j < b; ++j)
-      c.tables[part_of(hash[j], parts)].at(at[j], static_cast<uint32_t>(lengths[i + j]), hash[j]) += values[i + j];
   }
 }
 
@@ -1120,6 +1127,25 @@ void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, in
     out_words += lengths[i];
     out_lengths[k] = lengths[i];
   }
+}
+
+// word2vec.c's -save-vocab lines, "word count\n", of the n words that end at ends[0:n] in ``words`` (the first
+// starting at ``start``) with their ``counts``: into ``out`` (room for the words' bytes and 22 bytes a line),
+// each line's length into ``lengths``. Returns the bytes written.
+int64_t hvd_w2v_count_lines(const unsigned char* words, const int64_t* ends, int64_t start, const int64_t* counts,
+                            int64_t n, char* out, int64_t* lengths) {
+  char* o = out;
+  for (int64_t i = 0; i < n; ++i) {
+    char* line = o;
+    const int64_t from = i ? ends[i - 1] : start;
+    std::memcpy(o, words + from, ends[i] - from);
+    o += ends[i] - from;
+    *o++ = ' ';
+    o = std::to_chars(o, o + 20, counts[i]).ptr;
+    *o++ = '\n';
+    lengths[i] = o - line;
+  }
+  return o - out;
 }
 
 // The id stream of n provisional numbers (hvd_w2v_counts_add_numbered), in place: number x becomes ids[x]

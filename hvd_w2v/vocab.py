@@ -39,9 +39,11 @@ Counter per rank of all its range's distinct tokens (before the rounds), are in 
 import hashlib
 import itertools
 import math
+import operator
 import os
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -175,7 +177,7 @@ class Vocab:
         self._lookup = lookup  # {word bytes: id} for the words this rank hash-owns, or None: made from ``owned``
         # (words uint8 end to end, lengths int64, ids int64) of the same words, or None: made from ``lookup``
         self.owned = owned
-        self.row_words = row_words  # [bytes]: words of the rows this rank owns, in local row order
+        self.row_words = row_words  # WordList (or [bytes]): words of the rows this rank owns, local row order
         self.row_counts = row_counts  # int64[]: their corpus counts
 
     @property
@@ -235,6 +237,57 @@ class Counted:
         if self.lib is not None:
             return native.hash_words(self.lib, words, lengths, threads)
         return np.fromiter((hash64(w) for w in split_words(words, lengths)), dtype=np.uint64, count=len(lengths))
+
+
+class WordList(Sequence):
+    """Words (bytes) laid end to end, read as a sequence: ``words[i]`` the bytes of word i, a slice a WordList
+    of the same bytes. A list of bytes objects costs a Python object a word, made one by one (the slowest part
+    of the work after the count on a flat vocabulary: hvd_w2v/bench/README.md, "The rows' words laid end to
+    end"); this holds the bytes and 8 B a word, where each word ends. What a rank keeps of its rows' words
+    (Vocab.row_words), read by vocab.txt's lines (export.write_vocab, compiled) and the vectors' export.
+    Equal to any sequence of the same words."""
+
+    def __init__(self, data, ends, start=0):
+        self.data = data  # bytes
+        self.ends = ends  # int64: where each word ends in ``data``
+        self.start = start  # where the first word starts
+
+    @classmethod
+    def of(cls, words, lengths):
+        """The words laid end to end in ``words`` (uint8) by ``lengths`` (int64)."""
+        return cls(np.ascontiguousarray(words, np.uint8).tobytes(), np.cumsum(lengths, dtype=np.int64))
+
+    def __len__(self):
+        return len(self.ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(lo, hi, step)]
+            return WordList(self.data, self.ends[lo:max(lo, hi)], self._start(lo))
+        i = operator.index(i)
+        k = i + len(self) if i < 0 else i
+        if not 0 <= k < len(self):
+            raise IndexError(f"word {i} of {len(self)}")
+        return self.data[self._start(k):int(self.ends[k])]
+
+    def _start(self, i):
+        return int(self.ends[i - 1]) if 0 < i <= len(self) else self.start
+
+    def __iter__(self):
+        data, start = self.data, self.start
+        for end in self.ends.tolist():
+            yield data[start:end]
+            start = end
+
+    def __eq__(self, other):
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"WordList({len(self):,} words)"
 
 
 def split_words(words, lengths):
@@ -327,7 +380,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
     ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
     word)."""
     local = native.Counts(lib, threads)
-    owned = local if comm.size == 1 else native.Counts(lib, 1)
+    owned = local if comm.size == 1 else native.Counts(lib, threads)  # a round's words added on the threads
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
     chunk = part_bytes(threads) if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
     parts = iter(()) if error else _parts(pieces, chunk, reading, threads)
@@ -539,7 +592,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     by_row[plan.local_row(row_ids)] = np.arange(len(row_ids))
     del row_ids
     # Each of this rank's rows receives one word: the words in local row order.
-    words_by_row = split_words(*gather_words(row_words, row_lengths, by_row))
+    words_by_row = WordList.of(*gather_words(row_words, row_lengths, by_row))
     del row_words, row_lengths, by_row
     assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")

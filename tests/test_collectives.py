@@ -47,12 +47,16 @@ def test_alltoallv_many_moves_every_block_and_leaves_the_own_one_when_asked(comm
 def test_export_writes_every_ranks_lines_as_one_rank_would(comm, nranks):
     """export.write_ordered gathers each range of a block's lines on one rank, which writes it at once: on 3
     ranks of unequal rows, over three blocks (export.BLOCK_ROWS) the last of them partial, with lines of many
-    lengths, the same bytes as one file written in id order."""
+    lengths, the same bytes as one file written in id order: from a list of words (Python's lines) and from a
+    vocab.WordList (text_kernel.cc's)."""
     import tempfile
+
+    import numpy as np
 
     from hvd_w2v import export
     from hvd_w2v.comm import Comm
     from hvd_w2v.shard import RowPlan
+    from hvd_w2v.vocab import WordList
 
     c = Comm(comm, None)  # mpi4py alone: write_ordered uses no Horovod
     size = 2 * export.BLOCK_ROWS * nranks + 5
@@ -61,11 +65,14 @@ def test_export_writes_every_ranks_lines_as_one_rank_would(comm, nranks):
     words = [b"w%d" % i + b"x" * (i % 11) for i in range(size)]
     folder = comm.bcast(tempfile.mkdtemp() if c.rank == 0 else None)
     path = os.path.join(folder, "vocab.txt")
-    export.write_vocab(c, path, plan, [words[i] for i in ids.tolist()], size - ids)
-    comm.Barrier()
+    mine = [words[i] for i in ids.tolist()]
+    packed = WordList.of(np.frombuffer(b"".join(mine), np.uint8), [len(w) for w in mine])
     try:
-        with open(path, "rb") as f:
-            assert f.read() == b"".join(b"%s %d\n" % (w, size - i) for i, w in enumerate(words))
+        for row_words in (mine, packed):
+            export.write_vocab(c, path, plan, row_words, size - ids)
+            comm.Barrier()
+            with open(path, "rb") as f:
+                assert f.read() == b"".join(b"%s %d\n" % (w, size - i) for i, w in enumerate(words))
     finally:
         comm.Barrier()
         if c.rank == 0:

@@ -147,7 +147,7 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     # Python's counts: a dict, fitted per distinct token alone.
     assert memory.counting_bytes(10**6, 1, corpus_bytes=block, passes=memory.PYTHON) == \
         memory.PYTHON.count_read * memory.BLOCK_BYTES + memory.PYTHON.owned_word * 10**6
-    # On more ranks each hash-owns its share, in one table, beside the partial counts; the plan takes the
+    # On more ranks each hash-owns its share, in a table a thread, beside the partial counts; the plan takes the
     # most loaded rank's when it is known, else an even share of the distinct tokens.
     cfg = Config()
     two = memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000)
@@ -158,7 +158,8 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
                                                                + passes.count_read * memory.block_bytes(2, block))
     # The compiled count takes a part of text a thread between two rounds: its tokens are planned a thread too.
     assert memory.counting_bytes(0, 2, threads=3, corpus_bytes=block) - memory.counting_bytes(0, 2, corpus_bytes=block) \
-        == vocab.partial_bytes(3) - vocab.partial_bytes(1) + 2 * passes.thread > 2 * passes.thread
+        == vocab.partial_bytes(3) - vocab.partial_bytes(1) + 2 * passes.thread + memory.table_bytes(0, 3) \
+        - memory.table_bytes(0) > 2 * passes.thread
     assert memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000, owned=2_900_000).counting > \
         two.counting
     counted = [memory.plan(1_000_000, cfg, 1, distinct=d).counting for d in range(1_000_000, 9_000_000, 500_000)]

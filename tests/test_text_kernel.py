@@ -298,3 +298,28 @@ def test_compiled_passes_equal_python_on_three_ranks(lib, files, tmp_path):
     assert result.output.count(": same,") == 3, result.output[-3000:]
     one = b"".join((tmp_path / "python" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
     assert one == b"".join((tmp_path / "compiled" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
+
+
+def test_word_list_reads_as_the_list_of_its_words():
+    """vocab.WordList: the words laid end to end read as a list of bytes does (index, negative index, slice,
+    slice of a slice, iteration, equality), and native.count_lines gives word2vec.c's "word count" lines."""
+    words = [b"", b"a", b"\xc3\xa9t\xc3\xa9", b"word" * 40, b"x"]
+    listed = vocab.WordList.of(np.frombuffer(b"".join(words), np.uint8), [len(w) for w in words])
+    assert len(listed) == 5 and listed == words and list(listed) == words and listed != words[:4]
+    assert [listed[i] for i in range(-5, 5)] == words + words
+    assert listed[np.int64(2)] == words[2]
+    for lo, hi in ((0, 5), (1, 3), (3, 1), (4, 9), (-2, None), (5, 5)):
+        assert listed[lo:hi] == words[lo:hi] and isinstance(listed[lo:hi], vocab.WordList)
+        assert listed[lo:hi][1:] == words[lo:hi][1:]
+    assert listed[::2] == words[::2]
+    for bad in (5, -6):
+        with pytest.raises(IndexError):
+            listed[bad]
+    lib = native.text_kernel()
+    if lib is None:
+        pytest.skip(native.unavailable("text_kernel"))
+    counts = np.array([3, 2**62, 0, 17, 1], np.int64)
+    for lo, hi in ((0, 5), (2, 4), (3, 3)):
+        data, lengths = native.count_lines(lib, listed[lo:hi], counts[lo:hi])
+        lines = [b"%s %d\n" % (w, n) for w, n in zip(words[lo:hi], counts[lo:hi].tolist())]
+        assert data == b"".join(lines) and lengths.tolist() == [len(x) for x in lines]
