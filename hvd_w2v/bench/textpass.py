@@ -231,8 +231,8 @@ def table(corpus, runs, python_runs, min_count, w2v):
                     seconds.append(run_one(corpus, "counting", threads, min_count)["count"])
             for (name, threads), seconds in parts.items():
                 if r < runs:
-                    size = vocab.CHUNK_BYTES if name == "chunk" else vocab.part_bytes(threads)
-                    seconds.append(run_one(corpus, f"counting-{size}", threads, min_count)["count"])
+                    part = vocab.CHUNK_BYTES if name == "chunk" else vocab.part_bytes(threads)
+                    seconds.append(run_one(corpus, f"counting-{part}", threads, min_count)["count"])
             if w2v:
                 results["word2vec.c vocabulary pass, 1 thread"].append(run_word2vec(w2v, corpus, min_count, scratch))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
@@ -262,7 +262,7 @@ def table(corpus, runs, python_runs, min_count, w2v):
     one_a, two_a = (statistics.median(alone[t]) for t in (1, 2))
     print(f"the counting alone, its text in memory (no reader beside it): {one_a:.2f} s on 1 thread, {two_a:.2f} s on "
           f"2: {one_a / two_a:.2f}x")
-    (c1, c2), (p1, p2) = ((statistics.median(parts[name, t]) for t in (1, 2)) for name in ("chunk", "part"))
+    c1, c2, p1, p2 = (statistics.median(parts[name, t]) for name in ("chunk", "part") for t in (1, 2))
     print(f"the counting alone in the parts of a count on several ranks (rounds left out): parts of "
           f"{vocab.CHUNK_BYTES >> 10} KiB (before) {c1:.2f} s on 1 thread, {c2:.2f} s on 2 ({c1 / c2:.2f}x); "
           f"{vocab.THREAD_CHUNKS} x {vocab.CHUNK_BYTES >> 10} KiB a thread (vocab.part_bytes) {p1:.2f} s on 1, "
