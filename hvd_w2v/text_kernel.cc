@@ -870,55 +870,77 @@ int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
   return hvd_w2v_counts_size(counts);
 }
 
-// The words ordered by hash owner among ``ranks`` (in no other order): their bytes end to end, lengths, counts,
-// hashes (vocab.hash64) and how many go to each rank (``per_dest`` int64[ranks]); ``hashes`` null: all to
-// rank 0, unhashed (one rank: its words below min_count need none); ``numbers`` (or null): each word's
-// provisional number (hvd_w2v_counts_add_numbered). Then empties the counts, keeping their
-// memory when ``keep`` (a round follows), else returning it.
+// The words ordered by hash owner among ``ranks`` (within an owner, table by table, each in the order of its
+// slots): their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to each rank
+// (``per_dest`` int64[ranks]); ``hashes`` null: all to rank 0, unhashed (one rank: its words below min_count
+// need none); ``numbers`` (or null): each word's provisional number (hvd_w2v_counts_add_numbered). Then
+// empties the counts, keeping their memory when ``keep`` (a round follows), else returning it. On ``threads``
+// threads, a table each: each lists its table's words, hashes them and counts them by owner; once those
+// counts give every table's place in each owner's range, each copies its words there and empties its table.
 void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
                            int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep, int64_t* numbers) {
-  auto& tables = static_cast<Counts*>(counts)->tables;
-  std::vector<const Table::Slot*> slot;
-  std::vector<const Table*> of;
-  slot.reserve(hvd_w2v_counts_size(counts));
-  of.reserve(slot.capacity());
-  for (const Table& t : tables)
-    t.for_each([&](const Table::Slot& s) {
-      slot.push_back(&s);
-      of.push_back(&t);
-    });
-  const int64_t n = slot.size();
-  std::vector<uint64_t> h(hashes ? n : 0);
-  if (hashes) {
-    hash_all(n, [&](int64_t i) {
-      return std::pair<const unsigned char*, uint64_t>(of[i]->word(*slot[i]), slot[i]->length);
-    }, h.data(), threads);
-  }
-  auto owner = [&](int64_t i) { return hashes ? hash_owner(h[i], ranks) : 0; };
-  std::vector<int64_t> start(ranks + 1, 0), byte_start(ranks + 1, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = owner(i);
-    ++start[r + 1];
-    byte_start[r + 1] += slot[i]->length;
-  }
-  for (int64_t r = 0; r < ranks; ++r) {
-    per_dest[r] = start[r + 1];
-    start[r + 1] += start[r];
-    byte_start[r + 1] += byte_start[r];
-  }
+  Counts& c = *static_cast<Counts*>(counts);
+  auto& tables = c.tables;
   const int64_t parts = tables.size();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = owner(i), k = start[r]++;
-    lengths[k] = slot[i]->length;
-    values[k] = slot[i]->value;
-    if (hashes) hashes[k] = h[i];
-    if (numbers) numbers[k] = provisional_number(of[i] - tables.data(), parts, slot[i]->number);
-    std::memcpy(words + byte_start[r], of[i]->word(*slot[i]), slot[i]->length);
-    byte_start[r] += slot[i]->length;
+  std::vector<std::vector<const Table::Slot*>> slot(parts);
+  std::vector<std::vector<uint64_t>> h(parts);
+  std::vector<int64_t> start(parts * ranks, 0), byte_start(parts * ranks, 0);  // [table][owner]
+#pragma omp parallel num_threads(std::max<int64_t>(1, std::min(threads, parts)))
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < parts; ++t) {
+      const Table& table = tables[t];
+      auto& mine = slot[t];
+      mine.reserve(table.size());
+      table.for_each([&](const Table::Slot& s) { mine.push_back(&s); });
+      if (hashes) {
+        h[t].resize(mine.size());
+        hash_all(mine.size(), [&](int64_t i) {
+          return std::pair<const unsigned char*, uint64_t>(table.word(*mine[i]), mine[i]->length);
+        }, h[t].data(), 1);
+      }
+      std::vector<int64_t> n(ranks, 0), bytes(ranks, 0);  // by owner; its own: the tables' rows share lines
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const int64_t r = hashes ? hash_owner(h[t][i], ranks) : 0;
+        ++n[r];
+        bytes[r] += mine[i]->length;
+      }
+      std::copy(n.begin(), n.end(), start.begin() + t * ranks);  // turned into places once all are known
+      std::copy(bytes.begin(), bytes.end(), byte_start.begin() + t * ranks);
+    }
+#pragma omp single
+    {
+      int64_t k = 0, at = 0;
+      for (int64_t r = 0; r < ranks; ++r) {
+        per_dest[r] = 0;
+        for (int64_t t = 0; t < parts; ++t) {
+          const int64_t n = start[t * ranks + r], bytes = byte_start[t * ranks + r];
+          start[t * ranks + r] = k, byte_start[t * ranks + r] = at;
+          k += n, at += bytes, per_dest[r] += n;
+        }
+      }
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < parts; ++t) {
+      const auto& mine = slot[t];
+      std::vector<int64_t> next(start.begin() + t * ranks, start.begin() + (t + 1) * ranks);
+      std::vector<int64_t> at(byte_start.begin() + t * ranks, byte_start.begin() + (t + 1) * ranks);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const Table::Slot& s = *mine[i];
+        const int64_t r = hashes ? hash_owner(h[t][i], ranks) : 0, k = next[r]++;
+        lengths[k] = s.length;
+        values[k] = s.value;
+        if (hashes) hashes[k] = h[t][i];
+        if (numbers) numbers[k] = provisional_number(t, parts, s.number);
+        std::memcpy(words + at[r], tables[t].word(s), s.length);
+        at[r] += s.length;
+      }
+      std::vector<const Table::Slot*>().swap(slot[t]);
+      keep ? tables[t].clear() : tables[t].release();
+    }
   }
-  for (Table& t : tables) keep ? t.clear() : t.release();
   if (!keep)  // count_text's scratch too (on more than one thread)
-    for (auto& finder : static_cast<Counts*>(counts)->finders) {
+    for (auto& finder : c.finders) {
       finder.seen.release();
       for (auto& list : finder.tokens) std::vector<Counts::Token>().swap(list);
       for (auto& list : finder.words) std::vector<Counts::Word>().swap(list);
