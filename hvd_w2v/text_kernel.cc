@@ -201,7 +201,8 @@ inline void masks(const unsigned char* p, int64_t n, uint64_t* ws, uint64_t* nl)
       const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
       const __m256i x = _mm256_sub_epi8(b, _mm256_set1_epi8('\t'));
       const __m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8('\r' - '\t')), x);
-      w[h] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(in, _mm256_cmpeq_epi8(b, _mm256_set1_epi8(' ')))));
+      const __m256i space = _mm256_cmpeq_epi8(b, _mm256_set1_epi8(' '));
+      w[h] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(in, space)));
       l[h] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, _mm256_set1_epi8('\n'))));
     }
     *ws = w[0] | w[1] << 32;

@@ -157,9 +157,9 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     assert memory.counting_bytes(0, 2, corpus_bytes=block) == (vocab.partial_bytes(1) + 32 * 16
                                                                + passes.count_read * memory.block_bytes(2, block))
     # The compiled count takes a part of text a thread between two rounds: its tokens are planned a thread too.
-    assert memory.counting_bytes(0, 2, threads=3, corpus_bytes=block) - memory.counting_bytes(0, 2, corpus_bytes=block) \
-        == vocab.partial_bytes(3) - vocab.partial_bytes(1) + 2 * passes.thread + memory.table_bytes(0, 3) \
-        - memory.table_bytes(0) > 2 * passes.thread
+    more = memory.counting_bytes(0, 2, threads=3, corpus_bytes=block) - memory.counting_bytes(0, 2, corpus_bytes=block)
+    assert more == (vocab.partial_bytes(3) - vocab.partial_bytes(1) + 2 * passes.thread + memory.table_bytes(0, 3)
+                    - memory.table_bytes(0)) > 2 * passes.thread
     assert memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000, owned=2_900_000).counting > \
         two.counting
     counted = [memory.plan(1_000_000, cfg, 1, distinct=d).counting for d in range(1_000_000, 9_000_000, 500_000)]
