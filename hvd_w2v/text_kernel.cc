@@ -160,6 +160,13 @@ inline int64_t hash_owner(uint64_t h, int64_t ranks) {
   return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(ranks)) >> 32);
 }
 
+// Where each of n words laid end to end by ``lengths`` starts, and (last) where they end.
+inline std::vector<int64_t> starts(const int64_t* lengths, int64_t n) {
+  std::vector<int64_t> start(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  return start;
+}
+
 // -- tokens ---------------------------------------------------------------------------------------------------
 
 struct Whitespace {
@@ -837,8 +844,7 @@ void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const in
                               const int64_t* values, int64_t n) {
   Counts& c = *static_cast<Counts*>(counts);
   const int64_t parts = c.tables.size();
-  std::vector<int64_t> start(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  const std::vector<int64_t> start = starts(lengths, n);
   std::vector<uint64_t> hash(n);
 #pragma omp parallel num_threads(parts)
   {
@@ -952,8 +958,7 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
 // out[i] = vocab.hash64 of word i of n (``lengths`` bytes each, end to end in ``words``), on ``threads``.
 void hvd_w2v_hash_words(const unsigned char* words, const int64_t* lengths, int64_t n, uint64_t* out,
                         int64_t threads) {
-  std::vector<int64_t> start(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  const std::vector<int64_t> start = starts(lengths, n);
   hash_all(n, [&](int64_t i) {
     return std::pair<const unsigned char*, uint64_t>(words + start[i], static_cast<uint64_t>(lengths[i]));
   }, out, threads);
@@ -1006,8 +1011,7 @@ void hvd_w2v_lookup_free(void* lookup) { delete static_cast<Table*>(lookup); }
 void hvd_w2v_lookup_ids(void* lookup, const unsigned char* words, const int64_t* lengths, int64_t n, int64_t* out,
                         int64_t threads) {
   const Table& table = *static_cast<Table*>(lookup);
-  std::vector<int64_t> start(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  const std::vector<int64_t> start = starts(lengths, n);
   constexpr int64_t AHEAD = 8;
   std::vector<uint64_t> h(n);
 #pragma omp parallel num_threads(threads) if (threads > 1 && n > 4096)
@@ -1142,8 +1146,7 @@ int64_t hvd_w2v_scan_ids(void* scan_, const int64_t* ids, const int64_t* order, 
 // into out_words and out_lengths.
 void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, int64_t n, const int64_t* which,
                           int64_t m, unsigned char* out_words, int64_t* out_lengths) {
-  std::vector<int64_t> start(n + 1, 0);
-  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + lengths[i];
+  const std::vector<int64_t> start = starts(lengths, n);
   for (int64_t k = 0; k < m; ++k) {
     const int64_t i = which[k];
     std::memcpy(out_words, words + start[i], lengths[i]);

@@ -37,7 +37,6 @@ Counter per rank of all its range's distinct tokens (before the rounds), are in 
 ("Vocabulary counting").
 """
 import hashlib
-import itertools
 import math
 import operator
 import os
@@ -276,10 +275,13 @@ class WordList(Sequence):
         return int(self.ends[i - 1]) if 0 < i <= len(self) else self.start
 
     def __iter__(self):
+        """The words in order. The ends are made Python ints a block at a time: a list of them all would hold
+        an int (32 B) a word at once."""
         data, start = self.data, self.start
-        for end in self.ends.tolist():
-            yield data[start:end]
-            start = end
+        for lo in range(0, len(self.ends), 1 << 16):
+            for end in self.ends[lo:lo + (1 << 16)].tolist():
+                yield data[start:end]
+                start = end
 
     def __eq__(self, other):
         return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
@@ -291,11 +293,8 @@ class WordList(Sequence):
 
 
 def split_words(words, lengths):
-    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64). The ends are summed as
-    they are used, not listed first: a list of them would hold a Python int (40 B) a word at the peak."""
-    data = words.tobytes()
-    sizes = lengths.tolist()  # small ints: Python's cached objects, 8 B a word in the list
-    return [data[e - n:e] for e, n in zip(itertools.accumulate(sizes), sizes)]
+    """The list of bytes laid end to end in ``words`` (uint8) by ``lengths`` (int64)."""
+    return list(WordList.of(words, lengths))
 
 
 def gather_words(words, lengths, which):
