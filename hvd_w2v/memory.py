@@ -277,7 +277,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     the shard it runs until its round's sum, at most a shard's slots or 2V + 1 rows, that shard's examples
     renumbered into the copy (int32, a shard's slots) and the place of every table row in it (int32, U;
     localsgd_kernel.cc); an owner's index of the entries it adds (int64, U, over all its threads); with
-    ``merge_clip``, its sum of its sources' deltas ([U, dim]) and their places.
+    ``merge_clip``, the chains of each row's entries it sums.
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
     centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
@@ -285,12 +285,12 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
     if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
-        # With --merge-clip an owner also sums its sources' deltas row by row before clipping
-        # (native.merge_sources): at most one more [U, dim], and per entry its place, its row's hash bucket
-        # (two to four, 12 B each) and its index: 68 B. Without, on several ranks, the index alone (add_sources).
-        clipped = 1 if cfg.merge_clip else 0
-        per_slot, tables = SHARD_BYTES_PER_SLOT, (SHARD_UNIQUE_COPIES + clipped) * unique
-        places = (68 if clipped else 8 if ranks > 1 else 0) * unique
+        # With --merge-clip an owner chains each row's entries before summing them (native.merge_sources): per
+        # entry its index, where its delta is, the next entry of its row, its row's hash bucket (two to four, 12
+        # B each) and the row's first and last entry: 76 B. Without, on several ranks, the index alone
+        # (add_sources).
+        per_slot, tables = SHARD_BYTES_PER_SLOT, SHARD_UNIQUE_COPIES * unique
+        places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
         running = min(threads, hosted)
         copies = running * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each

@@ -149,10 +149,12 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
 // row's updates are first summed over the sources in source order, the sum scaled by the cap's
 // min(1, cap / max(m, 1)), m the row's summed sgd, then scaled down to an L2 norm of at most ``clip``, and
 // added. On ``threads`` threads, each the owner of every threads-th block of ROW_BLOCK table rows, as in
-// add_sources: each lists its entries, gives its rows places in a buffer of their sums (a hash of its own:
-// no scratch the size of the table) and adds them; each row is summed and added by one thread, so the result
-// is the same bytes on any thread count. Returns 0, or -1 with nothing touched when a row lies outside
-// [0, table_rows).
+// add_sources: each lists its entries and chains each row's entries in source order (a hash of its own: no
+// scratch the size of the table), then walks its rows: a row of one entry is clipped and added from where it
+// arrived, a row of several summed first in one row of scratch. Each row is summed and added by one thread, so
+// the result is the same bytes on any thread count. (No buffer of all the sums: on a flat vocabulary most
+// rows have one entry, and writing then reading such a buffer, fresh pages each call, cost more than the add.)
+// Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
 int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
                               const int64_t* counts, int64_t sources, const float* sgd, float cap, float clip,
                               int64_t d, int64_t threads) {
@@ -165,53 +167,58 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
     const std::vector<int64_t> mine = owned_entries(rows, n, team, t);
     const int64_t m = mine.size();
+    std::vector<const float*> from(m);  // entry k's update, where its source's block holds it
+    int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t i = mine[k];
+      while (i >= end) end += counts[++s];
+      from[k] = blocks[s] + (i - (end - counts[s])) * d;
+    }
     int64_t buckets = 16;
     while (buckets < 2 * m) buckets *= 2;
     std::vector<int64_t> keyed(buckets, -1);  // open addressing: a table row, or -1
     std::vector<int32_t> placed(buckets);     // ... and its place among the distinct rows
-    std::vector<int64_t> distinct;            // this thread's rows, in the order first met
-    std::vector<int32_t> at(m);               // entry k's place, negative (-1 - place) where first met
+    std::vector<int32_t> first, last;         // each distinct row's first and last entry, in the order first met
+    std::vector<int32_t> next(m, -1);         // the row's entry after entry k, -1 after its last
     for (int64_t k = 0; k < m; ++k) {
       const int64_t row = rows[mine[k]];
       uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> 20;
       for (;; ++h) {
         const int64_t b = static_cast<int64_t>(h & (buckets - 1));
-        if (keyed[b] == row) { at[k] = placed[b]; break; }
+        if (keyed[b] == row) {
+          next[last[placed[b]]] = static_cast<int32_t>(k);
+          last[placed[b]] = static_cast<int32_t>(k);
+          break;
+        }
         if (keyed[b] < 0) {
-          keyed[b] = row, placed[b] = static_cast<int32_t>(distinct.size());
-          at[k] = -1 - placed[b];
-          distinct.push_back(row);
+          keyed[b] = row, placed[b] = static_cast<int32_t>(first.size());
+          first.push_back(static_cast<int32_t>(k)), last.push_back(static_cast<int32_t>(k));
           break;
         }
       }
     }
-    // The sums start as their first source's row (a copy: 0 + x is x), so the buffer needs no zeros.
-    std::unique_ptr<float[]> sum(new float[distinct.size() * d]);
-    std::vector<float> total(distinct.size());
-    int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
-    for (int64_t k = 0; k < m; ++k) {
-      const int64_t i = mine[k];
-      while (i >= end) end += counts[++s];
-      const float* from = blocks[s] + (i - (end - counts[s])) * d;
-      if (at[k] < 0) {
-        const int64_t u = -1 - at[k];
-        std::copy(from, from + d, sum.get() + u * d);
-        total[u] = sgd[i];
-      } else {
-        add_row(sum.get() + at[k] * d, from, 1.f, d);
-        total[at[k]] += sgd[i];
+    std::vector<float> scratch(d);  // a row of several entries: their sum
+    const int64_t distinct = first.size();
+    for (int64_t u = 0; u < distinct; ++u) {
+      if (u + PREFETCH_ROWS < distinct) prefetch_row(table + rows[mine[first[u + PREFETCH_ROWS]]] * d, d, 1);
+      int32_t k = first[u];
+      const float* sum = from[k];
+      float m_row = sgd[mine[k]];
+      if (next[k] >= 0) {  // summed in source order: the first copied (0 + x is x), the others added
+        std::copy(sum, sum + d, scratch.data());
+        for (k = next[k]; k >= 0; k = next[k]) {
+          add_row(scratch.data(), from[k], 1.f, d);
+          m_row += sgd[mine[k]];
+        }
+        sum = scratch.data();
       }
-    }
-    for (size_t u = 0; u < distinct.size(); ++u) {
-      if (u + PREFETCH_ROWS < distinct.size()) prefetch_row(table + distinct[u + PREFETCH_ROWS] * d, d, 1);
-      const float* row = sum.get() + u * d;
       float squares = 0.f;
 #pragma omp simd reduction(+ : squares)
-      for (int64_t j = 0; j < d; ++j) squares += row[j] * row[j];
-      float scale = cap_scale(cap, total[u]);
+      for (int64_t j = 0; j < d; ++j) squares += sum[j] * sum[j];
+      float scale = cap_scale(cap, m_row);
       const float norm = std::sqrt(squares) * scale;
       if (norm > clip) scale *= clip / norm;
-      add_row(table + distinct[u] * d, row, scale, d);
+      add_row(table + rows[mine[first[u]]] * d, sum, scale, d);
     }
   }
   return 0;
