@@ -16,8 +16,9 @@ Time per super-step = compute + gather + scatter + allreduce, with the exact pla
 (plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
 allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
 the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
-the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here on one thread for
-its T x S positions: an owner's gather of the rows every node asks of it and its add of their deltas, one
+the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here for its T x S
+positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
+figure is an upper bound): an owner's gather of the rows every node asks of it and its add of their deltas, one
 source a node, built from every node's examples at sampled super-steps, by the merge train uses at the row's
 V and S (:func:`measure_owner`, config.merge_clip_for; "rows ms"); and the examples and table of the next
 super-step (:func:`measure_prepare`, "prepare ms"), which training builds while the exchange waits, so they
@@ -32,6 +33,7 @@ the default --batch-words, with its rows' gather and add timed on one thread, on
 import argparse
 import functools
 import math
+import os
 import sys
 import time
 from dataclasses import replace
@@ -93,37 +95,39 @@ def measure_thread(corpus, cfg, repeats=9):
 
 @functools.lru_cache(maxsize=1)
 def _model(words, dim):
-    """A model table of ``words`` words (float32[2 x words, dim], by key) whose rows the measurements read and
-    add to: larger than the caches, as a node's slice of a cluster's model is. Made once (a large vocabulary's
-    takes seconds)."""
-    return np.random.default_rng(0).uniform(-0.5, 0.5, (2 * words, dim)).astype(np.float32) / dim
+    """A model table of ``words`` words (float32[2 x words, dim]) whose rows the measurements read and add to:
+    larger than the caches, as a node's slice of a cluster's model is; and a permutation of its rows, where an
+    owner's keys are placed (:func:`measure_owner`). Made once (a large vocabulary's takes seconds)."""
+    rng = np.random.default_rng(0)
+    return rng.uniform(-0.5, 0.5, (2 * words, dim)).astype(np.float32) / dim, rng.permutation(2 * words)
 
 
-def _examples_seconds(corpus, cfg, ranges, repeats=9):
-    """Seconds on one thread here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a shard each;
-    batches.build_ranges) and their table of unique rows with the shards touching each row
+def _examples_seconds(corpus, cfg, ranges, threads, repeats=9):
+    """Seconds on ``threads`` threads here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a shard
+    each; batches.build_ranges) and their table of unique rows with the shards touching each row
     (localsgd.superstep_plan): the least of ``repeats`` rounds, the first left out (it allocates)."""
     voc, times = corpus.vocab, []
     for _ in range(repeats + 1):
         t = time.perf_counter()
-        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, 1)
+        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, threads)
         superstep_plan(batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64), RowPlan(voc.size, 1), 0,
-                       cfg.sg, 1)
+                       cfg.sg, threads)
         times.append(time.perf_counter() - t)
     return float(np.min(times[1:]))
 
 
-def _owner_seconds(model, keys, counts, sgd, merge, repeats=9):
-    """Seconds on one thread here of an owner's rows' work in one step: the gather of the rows ``keys`` (int64,
-    source after source, ``counts[s]`` from source s) out of ``model`` (native.take_rows), and the add of as
-    many delta rows, each summing ``sgd`` SGD updates, by ``merge`` (the rule's ``sources``: training.CappedAdd,
-    localsgd.merge_rule), as received (native.Blocks). The least of ``repeats`` rounds, the first left out."""
+def _owner_seconds(model, keys, counts, sgd, merge, threads, repeats=9):
+    """Seconds on ``threads`` threads here of an owner's rows' work in one step: the gather of the rows ``keys``
+    (int64, source after source, ``counts[s]`` from source s) out of ``model`` (native.take_rows), and the add of
+    as many delta rows, each summing ``sgd`` SGD updates, by ``merge`` (the rule's ``sources`` on ``threads``:
+    training.CappedAdd, localsgd.merge_rule), as received (native.Blocks). The least of ``repeats`` rounds, the
+    first left out."""
     total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
     rows = np.empty((len(keys), model.shape[1]), np.float32)
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        native.take_rows(model, keys, rows, 1)
+        native.take_rows(model, keys, rows, threads)
         t1 = time.perf_counter()
         rows *= np.float32(1e-6)  # deltas of the rows' size, so that the model keeps its scale
         t2 = time.perf_counter()
@@ -132,35 +136,39 @@ def _owner_seconds(model, keys, counts, sgd, merge, repeats=9):
     return float(np.min(times[1:]))
 
 
-def measure_prepare(corpus, cfg, threads):
-    """A node's examples and table of its ``threads`` shards of S positions (:func:`_examples_seconds`): seconds
-    on one thread here, and how they were measured. Training builds them on the node's threads."""
-    seconds = _examples_seconds(corpus, cfg, node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0))
+def measure_prepare(corpus, cfg, threads, work_threads):
+    """A node's examples and table of its ``threads`` shards of S positions (:func:`_examples_seconds`), built on
+    ``work_threads`` threads as training builds them on the node's: seconds here, and how they were measured."""
+    ranges = node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0)
+    seconds = _examples_seconds(corpus, cfg, ranges, work_threads)
     return seconds, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
-                     f"{seconds * 1e3:,.2f} ms on one thread here (least of 9)")
+                     f"{seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here (least of 9)")
 
 
-def measure_owner(corpus, cfg, nodes, threads, samples):
+def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     """An owner's rows' work in a super-step on ``nodes`` nodes of ``threads`` shards (:func:`_owner_seconds`,
-    under the merge ``cfg`` trains with): the rows every node asks of it and their deltas, one source a node,
-    from every node's StepPlan at the ``samples`` (sampled super-steps), so that a row several nodes touch
-    comes from each, as it does in training. Seconds on one thread here, the busiest of SAMPLED_NODES owners at
-    each sample, averaged over the samples; and how they were measured. Every row counts, hot or not: with
-    --hot-rows H the hot rows' add is the allreduce's, so the figure is an upper bound there.
+    under the merge ``cfg`` trains with, on ``work_threads`` threads as training runs it on the node's): the
+    rows every node asks of it and their deltas, one source a node, from every node's StepPlan at the
+    ``samples`` (sampled super-steps), so that a row several nodes touch comes from each, as it does in
+    training. Seconds here, the busiest of SAMPLED_NODES owners at each sample, averaged over the samples; and
+    how they were measured. Every row counts, hot or not: with --hot-rows H the hot rows' add is the
+    allreduce's, so the figure is an upper bound there.
 
-    Why one thread: training runs these passes on the node's threads, but on this 2-core host they ran no
-    faster on 2 threads than on 1 when they followed each other as in a super-step (each thread reading rows
-    the other had just written), so the time of one thread is what is claimed."""
-    model, merge, busiest, entries, distinct = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg), [], [], []
+    The keys are placed in the model by a fixed permutation (:func:`_model`): far apart, as the rows of a
+    large slice are, and shared among the threads as an owner's local rows are. (By their global keys, the
+    rows an owner of P nodes holds are every P-th word: on an even P, all in the blocks one thread of two
+    adds, which made 2 threads look no faster than 1.)"""
+    (model, place), merge = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg, work_threads)
+    busiest, entries, distinct = [], [], []
     for at in samples:
         steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
         ends = [np.cumsum(step.owned) for step in steps]
         seconds = []
         for owner in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
             parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
-            keys = np.concatenate([step.keys[p] for step, p in zip(steps, parts)])
+            keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
             sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
-            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge))
+            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge, work_threads))
             entries.append(len(keys))
             distinct.append(len(np.unique(keys)))
         busiest.append(max(seconds))
@@ -168,7 +176,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples):
     merged = f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum"
     return seconds, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
                      f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
-                     f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on one thread here")
+                     f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here")
 
 
 def measure_exact_other(corpus, cfg):
@@ -177,11 +185,11 @@ def measure_exact_other(corpus, cfg):
     through their seconds at 32 positions and at ``cfg.batch_words``. Its examples and table are left out:
     built while the exchange waits, as the super-step's, they would count only past it, which
     plan.summarise's serial model cannot say."""
-    lo, model, voc, seconds = len(corpus.stream) // 2, _model(corpus.vocab.size, cfg.dim), corpus.vocab, {}
+    lo, (model, _), voc, seconds = len(corpus.stream) // 2, _model(corpus.vocab.size, cfg.dim), corpus.vocab, {}
     for p in (32, cfg.batch_words):
         batch = batches.build(corpus.stream, voc, cfg, 0, lo, min(len(corpus.stream), lo + p))
         step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
-        seconds[p] = _owner_seconds(model, step.keys, [len(step.keys)], step.sgd, CappedAdd(cfg.update_cap))
+        seconds[p] = _owner_seconds(model, step.keys, [len(step.keys)], step.sgd, CappedAdd(cfg.update_cap), 1)
     per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
     per_step = max(0.0, seconds[32] - 32 * per_position)
     return plan.Compute(per_step, per_position, f"its rows' gather and add for 32 and {cfg.batch_words:,} "
@@ -254,6 +262,9 @@ def main(argv=None):
     p.add_argument("--samples", type=int, default=2, help="super-steps sampled per row (default: %(default)s)")
     p.add_argument("--exact-steps", type=int, default=5,
                    help="steps the exact step's projection samples, 0: leave it out (default: %(default)s)")
+    p.add_argument("--node-threads", type=int, default=None,
+                   help="threads the node's work around the SGD is timed on here (default: this host's cores, at "
+                        "most --threads)")
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
     args = p.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -261,8 +272,11 @@ def main(argv=None):
         nodes, hot = plan._ints(args.nodes, "--nodes"), plan._ints(args.hot_rows, "--hot-rows", low=0)
         supersteps = [s if s == "auto" else plan._ints(s, "--superstep")[0] for s in args.superstep.split(",")]
         bandwidths = [float(b) for b in args.bandwidth.split(",")]
-        if args.threads < 1 or min(bandwidths) <= 0:
-            raise UserError("--threads must be at least 1 and --bandwidth more than 0")
+        if args.node_threads is None:
+            args.node_threads = min(args.threads, len(os.sched_getaffinity(0)))
+        if args.threads < 1 or not 1 <= args.node_threads <= args.threads or min(bandwidths) <= 0:
+            raise UserError("--threads must be at least 1, --node-threads from 1 to --threads, and --bandwidth "
+                            "more than 0")
         cfg = Config(sg=not args.cbow)
         corpus = plan.open_corpus(args.corpus, cfg, say)
     except UserError as e:
@@ -281,12 +295,13 @@ def main(argv=None):
                     # train's merge for the row's V and S
                     c = replace(cfg, superstep=s, shards=1, merge_clip=merge_clip_for(n * args.threads, s))
                     if s not in measured:  # the SGD and the examples: the same on any P and merge
-                        measured[s] = measure_thread(corpus, c), measure_prepare(corpus, c, args.threads)
+                        measured[s] = (measure_thread(corpus, c),
+                                       measure_prepare(corpus, c, args.threads, args.node_threads))
                         say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][1]}")
                     for p in {1, n}:
                         if (s, p, c.merge_clip) not in measured:
                             measured[s, p, c.merge_clip] = measure_owner(corpus, c, p, args.threads,
-                                                                         range(args.samples))
+                                                                         range(args.samples), args.node_threads)
                             say(f"localplan: S {s:,}: {measured[s, p, c.merge_clip][1]}")
                     per_position, prepare = measured[s][0][0], measured[s][1][0]
                     other = prepare, measured[s, n, c.merge_clip][0]
@@ -312,7 +327,8 @@ def main(argv=None):
         print(f"corpus: {corpus.about}: {voc.size:,} words, {len(corpus.stream):,} positions, {voc.raw_words:,} "
               f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
-              f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}); exact: "
+              f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's work "
+              f"around it on {counted(args.node_threads, 'thread')}; exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
               + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
