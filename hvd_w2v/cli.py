@@ -316,6 +316,10 @@ def add_train_options(p):
                    help="with --shards: each row's merged delta scaled down to an L2 norm of at most TAU per "
                         f"super-step (0: no clip; auto, the default: none while V x S is at most "
                         f"{config.SUM_POSITIONS:,}, {config.MERGE_CLIP:g} past it)")
+    r.add_argument("--wire", choices=config.WIRES, default=d.wire,
+                   help="with --shards: the form a super-step's rows and deltas travel in between ranks; "
+                        "bfloat16 halves their bytes, each rounded to about 3 significant digits "
+                        "(default: %(default)s)")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")

@@ -12,6 +12,7 @@ LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
 SUM_POSITIONS = 4096  # V x S up to which the plain sum is the merge ...
 MIN_SUPERSTEP = 64  # ... S at least this many positions a shard ...
 MERGE_CLIP = 1.0  # ... and past SUM_POSITIONS the merged deltas clipped to this L2 norm
+WIRES = ("float32", "bfloat16")  # how shard-local SGD's rows and deltas travel (wire.py)
 
 
 def superstep_for(shards):
@@ -71,6 +72,9 @@ class Config:
     # merge_clip (0: not; None: merge_clip_for). The plain sum diverges once a super-step covers many positions,
     # because a few rows' merged deltas blow up; the clip bounds those and leaves the others' sum as it is.
     merge_clip: Optional[float] = None
+    # How a super-step's rows and deltas travel between ranks: "float32", or "bfloat16", half the bytes, each
+    # rounded to about 3 significant digits (wire.py). The exact step's stay float32.
+    wire: str = "float32"
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
@@ -110,6 +114,7 @@ class Config:
             (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
             (self.merge_clip is None or self.merge_clip >= 0,
              f"--merge-clip must be 0 (no clip), more or auto, got {self.merge_clip}"),
+            (self.wire in WIRES, f"--wire must be one of {', '.join(WIRES)}, got {self.wire!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -144,6 +149,9 @@ class Config:
         if shards is None:
             shards = previous.get("shards") if previous.get("shards") is not None else threads if hosts > 1 else 0
         if not shards:
+            if self.wire != "float32":
+                raise UserError(f"--wire {self.wire} is shard-local SGD's: the exact step's rows travel as float32 "
+                                f"(use --shards 1 or more)")
             return replace(self, shards=0)
         same = previous.get("shards") == shards  # the resumed run's other choices are kept with its shards
 

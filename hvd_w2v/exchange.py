@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import native
+from . import native, wire
 from .comm import Part
 
 
@@ -46,12 +46,17 @@ class Exchange:
     Per step: ``gather`` then ``scatter``; the first step's route comes from ``route``, every later one from
     the previous step's ``gather`` (its counts) and ``scatter`` (its keys). Every method is collective, and
     ``idle`` (optional) is work to do while waiting for other ranks (Comm.alltoallv_many).
+
+    ``carrier`` (a wire.Float32, the default, or wire.BFloat16) is the form rows and updates travel in; it rounds
+    a rank's own rows and updates as it rounds those it sends, so that no result depends on which rank owns
+    a row.
     """
 
-    def __init__(self, comm, plan, table):
+    def __init__(self, comm, plan, table, carrier=None):
         self.comm = comm
         self.plan = plan
         self.table = table  # this rank's W_in and W_out rows by local key: float32[2 * rows(rank), d]
+        self.carrier = carrier or wire.Float32()
         # Per local key, the SGD updates all sources' updates of it sum in the step being scattered (the cap
         # of ``apply`` needs a row's total): the scratch of apply.sources, zero between steps. 4 B a row: 0.5%
         # of a dim-100 model.
@@ -73,16 +78,20 @@ class Exchange:
         each rank will ask of this one in it (int64[P])."""
         local, own, own_asked = route.local, route.own, route.own_asked
         counts = announce.counts if announce else self._none
+        carrier = self.carrier
         # rows of itself: straight into ``out``
         native.take_rows(self.table, local[own_asked], out[own], self.comm.threads)
+        carrier.round(out[own])
         if self.comm.size == 1:
             return counts
-        rows = np.empty((len(local), self.table.shape[1]), np.float32)  # its own block stays unused
+        rows = carrier.empty((len(local), self.table.shape[1]))  # its own block stays unused
         for others in (slice(0, own_asked.start), slice(own_asked.stop, len(local))):
-            native.take_rows(self.table, local[others], rows[others], self.comm.threads)
+            carrier.take(self.table, local[others], rows[others])
+        received = carrier.receiver(out)
         _, asked_next = self.comm.alltoallv_many(
-            [Part(rows, route.asked_counts, route.counts, out, own=False), Part(counts, self._ones, self._ones)],
-            idle)
+            [Part(rows, route.asked_counts, route.counts, received, own=False),
+             Part(counts, self._ones, self._ones)], idle)
+        carrier.decode(received, out, own)
         self._count(rows, route.asked_counts)
         return asked_next
 
@@ -95,15 +104,18 @@ class Exchange:
         source's keys are unique, two sources' may not be).
         """
         if self.comm.size == 1:  # every key its own: nothing to send, and the next route is the next ask
+            self.carrier.round(updates)
             apply.sources(self.table, route.local, [updates], route.asked_sgd, self.sgd)
             return None if ask is None else self._own_route(ask)
-        parts = [Part(updates, route.counts, route.asked_counts, own=False)]
+        sent = self.carrier.encode(updates, route.own)  # its own block rounded where it is
+        parts = [Part(sent, route.counts, route.asked_counts, own=False)]
         if ask is not None:
             parts.append(self._keys(ask, asked_counts))
         received = self.comm.alltoallv_many(parts, idle)
-        self._count(updates, route.counts)
+        self._count(sent, route.counts)
         # every source's block where it arrived, its own where it is
-        blocks = native.Blocks(received[0], route.asked_counts, self.comm.rank, updates[route.own])
+        blocks = native.Blocks(self.carrier.widened(received[0], route.own_asked), route.asked_counts,
+                               self.comm.rank, updates[route.own])
         apply.sources(self.table, route.local, blocks, route.asked_sgd, self.sgd)
         return None if ask is None else self._routed(ask, received[1], asked_counts)
 

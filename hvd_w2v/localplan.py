@@ -40,8 +40,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import batches, native, plan
-from .config import Config, merge_clip_for, superstep_for
+from . import batches, native, plan, wire
+from .config import WIRES, Config, merge_clip_for, superstep_for
 from .errors import UserError
 from .localsgd import merge_rule, superstep_plan
 from .shard import RowPlan
@@ -116,22 +116,29 @@ def _examples_seconds(corpus, cfg, ranges, threads, repeats=9):
     return float(np.min(times[1:]))
 
 
-def _owner_seconds(model, keys, counts, sgd, merge, threads, repeats=9):
+def _owner_seconds(model, keys, counts, sgd, merge, threads, carrier="float32", repeats=9):
     """Seconds on ``threads`` threads here of an owner's rows' work in one step: the gather of the rows ``keys``
-    (int64, source after source, ``counts[s]`` from source s) out of ``model`` (native.take_rows), and the add of
-    as many delta rows, each summing ``sgd`` SGD updates, by ``merge`` (the rule's ``sources`` on ``threads``:
-    training.CappedAdd, localsgd.merge_rule), as received (native.Blocks). The least of ``repeats`` rounds, the
-    first left out."""
+    (int64, source after source, ``counts[s]`` from source s) out of ``model`` into the form they travel in
+    (the wire ``carrier``'s take), and the add of as many delta rows, each summing ``sgd`` SGD updates, by
+    ``merge`` (the rule's ``sources`` on ``threads``: training.CappedAdd, localsgd.merge_rule), as received
+    (native.Blocks, widened from the wire's form first). The least of ``repeats`` rounds, the first left
+    out."""
+    carrier = wire.of(carrier, threads)
     total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
-    rows = np.empty((len(keys), model.shape[1]), np.float32)
-    times = []
+    rows = carrier.empty((len(keys), model.shape[1]))
+    deltas = np.empty((len(keys), model.shape[1]), np.float32)
+    received = carrier.receiver(deltas)  # deltas itself for float32
+    carrier.take(model, keys, rows)
+    sent = carrier.encode(carrier.widened(rows) * np.float32(1e-6))  # deltas of the rows' size: the model keeps
+    times = []                                                         # its scale
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        native.take_rows(model, keys, rows, threads)
+        carrier.take(model, keys, rows)
         t1 = time.perf_counter()
-        rows *= np.float32(1e-6)  # deltas of the rows' size, so that the model keeps its scale
+        received[...] = sent  # as they arrive
         t2 = time.perf_counter()
-        merge.sources(model, keys, native.Blocks(rows, counts), sgd, total)
+        carrier.decode(received, deltas)
+        merge.sources(model, keys, native.Blocks(deltas, counts), sgd, total)
         times.append(t1 - t0 + time.perf_counter() - t2)
     return float(np.min(times[1:]))
 
@@ -168,12 +175,13 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
             parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
             keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
             sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
-            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge, work_threads))
+            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge, work_threads,
+                                          cfg.wire))
             entries.append(len(keys))
             distinct.append(len(np.unique(keys)))
         busiest.append(max(seconds))
     seconds = float(np.mean(busiest))
-    merged = f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum"
+    merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {cfg.wire}"
     return seconds, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
                      f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
                      f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here")
@@ -217,8 +225,8 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
             owned = node_step(corpus, cfg, nodes, threads, n_hot, int(node), at).owned
             remote = np.array([owned.sum() - owned[node]])
             peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
-            traffic.append(plan.Traffic(plan.KEY_BYTES * remote, 4 * cfg.dim * remote, 4 * cfg.dim * remote,
-                                        remote, remote, peers, peers))
+            row = wire.of(cfg.wire).dtype.itemsize * cfg.dim * remote  # a row's bytes, or its delta's
+            traffic.append(plan.Traffic(plan.KEY_BYTES * remote, row, row, remote, remote, peers, peers))
     gather = float(np.mean([network.gather(t, nodes) for t in traffic]))
     scatter = float(np.mean([network.scatter(t) for t in traffic]))
     reduce = network.allreduce(block, nodes)
@@ -265,6 +273,8 @@ def main(argv=None):
     p.add_argument("--node-threads", type=int, default=None,
                    help="threads the node's work around the SGD is timed on here (default: this host's cores, at "
                         "most --threads)")
+    p.add_argument("--wire", choices=WIRES, default="float32",
+                   help="the form rows and deltas travel in between nodes (train's --wire; default: %(default)s)")
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
     args = p.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -293,19 +303,21 @@ def main(argv=None):
                 for n in nodes:
                     s = superstep_for(n * args.threads) if spec == "auto" else spec
                     # train's merge for the row's V and S
-                    c = replace(cfg, superstep=s, shards=1, merge_clip=merge_clip_for(n * args.threads, s))
+                    c = replace(cfg, superstep=s, shards=1, merge_clip=merge_clip_for(n * args.threads, s),
+                                wire=args.wire)
                     if s not in measured:  # the SGD and the examples: the same on any P and merge
                         measured[s] = (measure_thread(corpus, c),
                                        measure_prepare(corpus, c, args.threads, args.node_threads))
                         say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][1]}")
                     for p in {1, n}:
-                        if (s, p, c.merge_clip) not in measured:
-                            measured[s, p, c.merge_clip] = measure_owner(corpus, c, p, args.threads,
-                                                                         range(args.samples), args.node_threads)
+                        if (s, p, c.merge_clip) not in measured:  # one node sends nothing: float32
+                            measured[s, p, c.merge_clip] = measure_owner(
+                                corpus, c if p > 1 else replace(c, wire="float32"), p, args.threads,
+                                range(args.samples), args.node_threads)
                             say(f"localplan: S {s:,}: {measured[s, p, c.merge_clip][1]}")
                     per_position, prepare = measured[s][0][0], measured[s][1][0]
                     other = prepare, measured[s, n, c.merge_clip][0]
-                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [],
+                    one = project(corpus, replace(c, wire="float32"), 1, args.threads, 0, network, per_position, [],
                                   (prepare, measured[s, 1, c.merge_clip][0]))["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,

@@ -114,7 +114,8 @@ class LocalSGD:
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
                 f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}"
-                f"{f', clipped to {self.cfg.merge_clip:g}' if self.cfg.merge_clip else ''}; shard SGD: "
+                f"{f', clipped to {self.cfg.merge_clip:g}' if self.cfg.merge_clip else ''}; rows and deltas as "
+                f"{self.cfg.wire}; shard SGD: "
                 f"{'compiled' if self.lib is not None else 'numpy'}")
 
 

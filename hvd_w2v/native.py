@@ -174,7 +174,11 @@ def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
 ROW_FUNCTIONS = {"hvd_w2v_take_rows": [P, I64, P, P, I64, I64, I64],
                  "hvd_w2v_add_rows": [P, I64] + [P] * 3 + [I64] * 3,
                  "hvd_w2v_add_sources": [P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64],
-                 "hvd_w2v_merge_sources": [P, I64] + [P] * 3 + [I64, P, F32, F32, I64, I64]}
+                 "hvd_w2v_merge_sources": [P, I64] + [P] * 3 + [I64, P, F32, F32, I64, I64],
+                 "hvd_w2v_take_rows_bf16": [P, I64, P, P, I64, I64, I64],
+                 "hvd_w2v_to_bf16": ([P, P, I64, I64], None),
+                 "hvd_w2v_from_bf16": ([P, P, I64, I64], None),
+                 "hvd_w2v_round_bf16": ([P, I64, I64], None)}
 
 
 def row_copies():

@@ -555,7 +555,7 @@ def settle(comm, cfg, resumed=None, say=None):
         why = ("as the run resumed chose" if previous and previous.get("shards") == settled.shards
                else f"a shard for each of the {threads:,} threads on {hosts:,} hosts")
         say(f"mode: shard-local SGD ({why}): --shards {settled.shards} --superstep {settled.superstep} --merge-clip "
-            f"{settled.merge_clip:g} (--shards 0: the exact step)")
+            f"{settled.merge_clip:g} --wire {settled.wire} (--shards 0: the exact step)")
     return settled
 
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -69,9 +70,62 @@ std::vector<int64_t> owned_entries(const int64_t* rows, int64_t n, int64_t team,
   return mine;
 }
 
+// bfloat16 (hvd_w2v/wire.py): a float32's upper 16 bits, rounded to nearest, ties to even; a NaN stays a NaN
+// (rounding could carry its mantissa into the exponent and make it an infinity).
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u) : rounded;
+}
+
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Below this many values a conversion stays on one thread.
+constexpr int64_t MIN_PARALLEL_VALUES = 1 << 16;
+
 }  // namespace
 
 extern "C" {
+
+// out[i] = bfloat16 of table[rows[i]] for i < n: hvd_w2v_take_rows, rounded as it copies. Returns 0, or -1
+// with nothing written when a row lies outside [0, table_rows).
+int64_t hvd_w2v_take_rows_bf16(const float* table, int64_t table_rows, const int64_t* rows, uint16_t* out,
+                               int64_t n, int64_t d, int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
+    const float* src = table + rows[i] * d;
+    uint16_t* dst = out + i * d;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) dst[j] = to_bf16(src[j]);
+  }
+  return 0;
+}
+
+// out[i] = bfloat16 of in[i] for i < n (out may be in, read as uint16: no).
+void hvd_w2v_to_bf16(const float* in, uint16_t* out, int64_t n, int64_t threads) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
+  for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+// out[i] = the float32 of bfloat16 in[i] for i < n: exact.
+void hvd_w2v_from_bf16(const uint16_t* in, float* out, int64_t n, int64_t threads) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
+  for (int64_t i = 0; i < n; ++i) out[i] = from_bf16(in[i]);
+}
+
+// values[i] rounded to bfloat16 in place (still float32) for i < n: what the wire makes of a rank's own block.
+void hvd_w2v_round_bf16(float* values, int64_t n, int64_t threads) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
+  for (int64_t i = 0; i < n; ++i) values[i] = from_bf16(to_bf16(values[i]));
+}
 
 // out[i] = table[rows[i]] for i < n; rows of d floats; on ``threads`` threads, each a range of i. Returns 0,
 // or -1 with nothing written when a row lies outside [0, table_rows).

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import batches, native, rng
+from . import batches, native, rng, wire
 from .comm import log
 from .exchange import Ask, Exchange, HotRows
 from .memory import AHEAD_STEPS
@@ -99,7 +99,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
         model = ShardedModel(plan, resume.rows)
     first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
-    exchange = Exchange(comm, plan, model.table)
+    exchange = Exchange(comm, plan, model.table, wire.of(cfg.wire, comm.threads))
     rule = (rule or ExactStep)(cfg, vocab, stream, plan, hot.n, comm.rank, comm.threads)
     steps = cfg.steps_per_epoch(len(stream))
     total_steps = steps * cfg.epochs

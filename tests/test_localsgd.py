@@ -176,7 +176,7 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
     result = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, "--epochs", "2", "--quiet", "--show", "",
                         "--format", "binary", "--sg", "--hot-rows", "40", "--resume"], timeout=240, threads=2)
     assert result.ok and "mode: shard-local SGD (as the run resumed chose): --shards 4 --superstep 512 " \
-        "--merge-clip 0 (" in result.output, result.output[-3000:]
+        "--merge-clip 0 --wire float32 (" in result.output, result.output[-3000:]
     got = load(f"{tmp_path}/vectors.bin")
     diff = np.abs(got.vectors - reference["sg"].vectors).max()
     print(f"resumed on 1 x 2: largest difference from the uninterrupted 1 x 4 {diff:.2e}")
