@@ -117,6 +117,13 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
     # Another shard count than the run resumed: its own choices (and the checkpoint then refuses the resume).
     assert chosen(Config(shards=8).settled(1, 2, before)) == (8, 512, 0.0)
     assert auto.settled(2, 64, dict(shards=0)).shards == 0
+    # bfloat16 rows and deltas are shard-local SGD's alone: refused where the exact step runs
+    from hvd_w2v.errors import UserError
+    assert Config(wire="bfloat16").settled(2, 64).wire == "bfloat16"
+    with pytest.raises(UserError, match="--wire bfloat16 is shard-local SGD's"):
+        Config(wire="bfloat16").settled(1, 64)
+    with pytest.raises(UserError, match="--wire must be one of float32, bfloat16"):
+        Config(wire="float16")
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +165,33 @@ def test_the_same_vectors_on_every_layout_of_four_shards(corpus, reference, tmp_
         diff = np.abs(got.vectors - ref.vectors).max()
         print(f"{arch}, {nranks} x {threads}: largest difference from 1 x 4 {diff:.2e}")
         assert diff < ATOL, f"{nranks} x {threads} differs from 1 x 4 by {diff:.2e}"
+
+
+def test_bfloat16_halves_the_bytes_and_rounds_alike_on_every_layout(corpus, reference, tmp_path):
+    """--wire bfloat16, CBOW (every row through the alltoall, the clip binding): 2 x 1 sends about half the
+    bytes a word of float32's 2 x 1; its vectors are within the rounding of each rank's summed deltas of 1 x 2's
+    (where nothing travels, but rows and deltas are rounded alike), and 1 x 2's differ from float32's by more
+    than the order of sums does: the wire rounds there too."""
+    import re
+
+    def bytes_per_word(output):
+        return int(re.search(r"([\d,]+) bytes sent per word", output).group(1).replace(",", ""))
+
+    runs = {}
+    for wire, nranks, threads in [("bfloat16", 2, 1), ("bfloat16", 1, 2), ("float32", 2, 1)]:
+        out = str(tmp_path / f"{wire}-{nranks}x{threads}")
+        result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, *ARCH["cbow"], "--wire", wire],
+                        timeout=240, threads=threads)
+        assert result.ok and f"rows and deltas as {wire}" in result.output, result.output[-3000:]
+        runs[wire, nranks] = load(f"{out}/vectors.bin"), bytes_per_word(result.output)
+    (half, half_bytes), (alone, _), (full, full_bytes) = runs["bfloat16", 2], runs["bfloat16", 1], runs["float32", 2]
+    assert 0.45 < half_bytes / full_bytes < 0.6, (half_bytes, full_bytes)  # the keys do not shrink
+    scale = np.abs(reference["cbow"].vectors).max()
+    layouts, rounded = np.abs(half.vectors - alone.vectors).max(), np.abs(alone.vectors - full.vectors).max()
+    print(f"bfloat16 2 x 1 against 1 x 2: {layouts:.2e}; bfloat16 against float32: {rounded:.2e}; scale {scale:.2e}")
+    assert np.abs(full.vectors - reference["cbow"].vectors).max() < ATOL  # float32's 2 x 1 is 1 x 4's
+    # rounded on one rank too (1 x 2 is not float32's), by a few 2^-8 of a super-step's deltas at most
+    assert 2 * ATOL < rounded < 0.01 * scale and layouts < 0.01 * scale
 
 
 def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(corpus, reference, tmp_path):
