@@ -7,10 +7,10 @@ A node is one rank with T threads hosting T shards (V = P x T). In a super-step 
 consecutive positions, so a node asks the owners for the rows its T x S positions touch. The planner builds
 that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's positions,
 training.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
-exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B for each row sent back
-and for each delta sent to its owner. The T shards of a sampled node read S positions each at T disjoint
-places of the stream, as a node's shards do at once on a corpus of V x S positions or more, so the counts
-hold for a cluster's corpus however small this one is against V x S.
+exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B (2 dim B with --wire
+bfloat16) for each row sent back and for each delta sent to its owner. The T shards of a sampled node read S
+positions each at T disjoint places of the stream, as a node's shards do at once on a corpus of V x S
+positions or more, so the counts hold for a cluster's corpus however small this one is against V x S.
 
 Time per super-step = compute + gather + scatter + allreduce, with the exact planner's network model
 (plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
@@ -339,8 +339,9 @@ def main(argv=None):
         print(f"corpus: {corpus.about}: {voc.size:,} words, {len(corpus.stream):,} positions, {voc.raw_words:,} "
               f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
-              f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's work "
-              f"around it on {counted(args.node_threads, 'thread')}; exact: "
+              f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's "
+              f"work around it on {counted(args.node_threads, 'thread')}; rows and deltas between nodes as "
+              f"{args.wire}; exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
               + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
