@@ -47,9 +47,8 @@ class Exchange:
     the previous step's ``gather`` (its counts) and ``scatter`` (its keys). Every method is collective, and
     ``idle`` (optional) is work to do while waiting for other ranks (Comm.alltoallv_many).
 
-    ``carrier`` (a wire.Float32, the default, or wire.BFloat16) is the form rows and updates travel in; it rounds
-    a rank's own rows and updates as it rounds those it sends, so that no result depends on which rank owns
-    a row.
+    ``carrier`` (a wire.Float32, the default, or wire.BFloat16) is the form rows and updates travel in; a rank's
+    own rows and updates take that form too, so that no result depends on which rank owns a row.
     """
 
     def __init__(self, comm, plan, table, carrier=None):
@@ -103,19 +102,17 @@ class Exchange:
         every source's block in rank order, each row capped by its SGD-update count summed over all sources (a
         source's keys are unique, two sources' may not be).
         """
+        sent = self.carrier.encode(updates)  # its own block too: the owners add the wire's form
         if self.comm.size == 1:  # every key its own: nothing to send, and the next route is the next ask
-            self.carrier.round(updates)
-            apply.sources(self.table, route.local, [updates], route.asked_sgd, self.sgd)
+            apply.sources(self.table, route.local, [sent], route.asked_sgd, self.sgd)
             return None if ask is None else self._own_route(ask)
-        sent = self.carrier.encode(updates, route.own)  # its own block rounded where it is
         parts = [Part(sent, route.counts, route.asked_counts, own=False)]
         if ask is not None:
             parts.append(self._keys(ask, asked_counts))
         received = self.comm.alltoallv_many(parts, idle)
         self._count(sent, route.counts)
         # every source's block where it arrived, its own where it is
-        blocks = native.Blocks(self.carrier.widened(received[0], route.own_asked), route.asked_counts,
-                               self.comm.rank, updates[route.own])
+        blocks = native.Blocks(received[0], route.asked_counts, self.comm.rank, sent[route.own])
         apply.sources(self.table, route.local, blocks, route.asked_sgd, self.sgd)
         return None if ask is None else self._routed(ask, received[1], asked_counts)
 

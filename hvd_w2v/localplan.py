@@ -121,24 +121,20 @@ def _owner_seconds(model, keys, counts, sgd, merge, threads, carrier="float32", 
     (int64, source after source, ``counts[s]`` from source s) out of ``model`` into the form they travel in
     (the wire ``carrier``'s take), and the add of as many delta rows, each summing ``sgd`` SGD updates, by
     ``merge`` (the rule's ``sources`` on ``threads``: training.CappedAdd, localsgd.merge_rule), as received
-    (native.Blocks, widened from the wire's form first). The least of ``repeats`` rounds, the first left
-    out."""
+    (native.Blocks, in the wire's form). The least of ``repeats`` rounds, the first left out."""
     carrier = wire.of(carrier, threads)
     total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
     rows = carrier.empty((len(keys), model.shape[1]))
-    deltas = np.empty((len(keys), model.shape[1]), np.float32)
-    received = carrier.receiver(deltas)  # deltas itself for float32
-    carrier.take(model, keys, rows)
-    sent = carrier.encode(carrier.widened(rows) * np.float32(1e-6))  # deltas of the rows' size: the model keeps
-    times = []                                                         # its scale
+    received = carrier.empty((len(keys), model.shape[1]))
+    sent = carrier.encode(model[keys] * np.float32(1e-6))  # deltas of the rows' size: the model keeps its scale
+    times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
         carrier.take(model, keys, rows)
         t1 = time.perf_counter()
         received[...] = sent  # as they arrive
         t2 = time.perf_counter()
-        carrier.decode(received, deltas)
-        merge.sources(model, keys, native.Blocks(deltas, counts), sgd, total)
+        merge.sources(model, keys, native.Blocks(received, counts), sgd, total)
         times.append(t1 - t0 + time.perf_counter() - t2)
     return float(np.min(times[1:]))
 

@@ -277,8 +277,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     the shard it runs until its round's sum, at most a shard's slots or 2V + 1 rows, that shard's examples
     renumbered into the copy (int32, a shard's slots) and the place of every table row in it (int32, U;
     localsgd_kernel.cc); an owner's index of the entries it adds (int64, U, over all its threads); with
-    ``merge_clip``, the chains of each row's entries it sums; with ``wire`` bfloat16, the updates it received
-    widened to float32.
+    ``merge_clip``, the chains of each row's entries it sums.
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
     centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
@@ -290,11 +289,9 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
         # entry its index, where its delta is, the next entry of its row, its row's hash bucket (two to four, 12
         # B each) and the row's first and last entry: 76 B. Without, on several ranks, the index alone
         # (add_sources).
-        # With --wire bfloat16 on several ranks the updates received arrive as bfloat16 and are widened into a
-        # float32 block of their own, while the rows sent and received take half of what they took: one more
-        # [U, dim] in all (wire.py).
-        wide = 1 if cfg.wire == "bfloat16" and ranks > 1 else 0
-        per_slot, tables = SHARD_BYTES_PER_SLOT, (SHARD_UNIQUE_COPIES + wide) * unique
+        # (With --wire bfloat16 the updates sent are a bfloat16 copy, and the rows and updates received take half
+        # their float32 bytes: about as much in all. wire.py)
+        per_slot, tables = SHARD_BYTES_PER_SLOT, SHARD_UNIQUE_COPIES * unique
         places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
         running = min(threads, hosted)
         copies = running * min(cfg.superstep * per_centre, 2 * vocab_size + 1)

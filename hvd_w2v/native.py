@@ -175,6 +175,8 @@ ROW_FUNCTIONS = {"hvd_w2v_take_rows": [P, I64, P, P, I64, I64, I64],
                  "hvd_w2v_add_rows": [P, I64] + [P] * 3 + [I64] * 3,
                  "hvd_w2v_add_sources": [P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64],
                  "hvd_w2v_merge_sources": [P, I64] + [P] * 3 + [I64, P, F32, F32, I64, I64],
+                 "hvd_w2v_add_sources_bf16": [P, I64] + [P] * 3 + [I64, P, F32, P, I64, I64],
+                 "hvd_w2v_merge_sources_bf16": [P, I64] + [P] * 3 + [I64, P, F32, F32, I64, I64],
                  "hvd_w2v_take_rows_bf16": [P, I64, P, P, I64, I64, I64],
                  "hvd_w2v_to_bf16": ([P, P, I64, I64], None),
                  "hvd_w2v_from_bf16": ([P, P, I64, I64], None),
@@ -234,8 +236,8 @@ def cap_scale(cap, counts):
 
 
 def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
-    """An owner's scatter in one pass. ``blocks`` (:class:`Blocks`, or a list of float32[n_s, d]) holds source
-    s's updates of the table rows listed in ``rows`` (int64, all sources' in order; unique within a source, not
+    """An owner's scatter in one pass. ``blocks`` (:class:`Blocks`, or a list of float32[n_s, d]; or of
+    bfloat16 bits, uint16, as wire.BFloat16 sends them) holds source s's updates of the table rows listed in ``rows`` (int64, all sources' in order; unique within a source, not
     across sources), each one summing ``sgd`` (float32, per row of ``rows``) SGD updates. Each row's updates
     are scaled by min(1, cap / max(m, 1)), m its SGD updates summed over all sources, and added source by
     source. ``total`` (float32[len(table)], zeros) is scratch, left zeros. Compiled (on ``threads`` threads,
@@ -257,7 +259,8 @@ def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
         total[rows] = 0
         return
     pointers = blocks.pointers()
-    if lib.hvd_w2v_add_sources(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data,
+    add = lib.hvd_w2v_add_sources_bf16 if blocks.bfloat16 else lib.hvd_w2v_add_sources
+    if add(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data,
                                blocks.counts.ctypes.data, len(blocks.counts), sgd.ctypes.data, cap, total.ctypes.data,
                                d, threads):
         raise _out_of_range(table)
@@ -290,27 +293,28 @@ def merge_sources(table, rows, blocks, sgd, cap, clip, threads=1):
         table[unique] += scale[:, None] * merged
         return
     pointers = blocks.pointers()
-    if lib.hvd_w2v_merge_sources(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data,
-                                 blocks.counts.ctypes.data, len(blocks.counts), sgd.ctypes.data, cap, clip, d,
-                                 threads):
+    merge = lib.hvd_w2v_merge_sources_bf16 if blocks.bfloat16 else lib.hvd_w2v_merge_sources
+    if merge(table.ctypes.data, len(table), rows.ctypes.data, pointers.ctypes.data, blocks.counts.ctypes.data,
+             len(blocks.counts), sgd.ctypes.data, cap, clip, d, threads):
         raise _out_of_range(table)
 
 
 def _check_sources(table, rows, blocks, sgd):
-    """ValueError unless ``blocks`` (Blocks) hold float32 C-contiguous rows of ``table``'s width, listed in
-    ``rows`` (int64) with their ``sgd`` counts (float32): what add_sources and merge_sources read."""
+    """ValueError unless ``blocks`` (Blocks) hold float32 (or bfloat16) C-contiguous rows of ``table``'s width,
+    listed in ``rows`` (int64) with their ``sgd`` counts (float32): what add_sources and merge_sources read."""
     d = table.shape[1]
     if not (table.dtype == sgd.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
             and table.flags.c_contiguous and rows.flags.c_contiguous and sgd.flags.c_contiguous
             and len(rows) == len(sgd) == blocks.counts.sum() and blocks.fits(d)):
-        raise ValueError("the owners' adds take float32 C-contiguous [n_s, d] blocks, their int64 rows and sgd "
-                         "counts")
+        raise ValueError("the owners' adds take float32 (or uint16 bfloat16) C-contiguous [n_s, d] blocks, their "
+                         "int64 rows and sgd counts")
 
 
 class Blocks:
     """The sources' blocks of an owner's scatter: ``counts[s]`` rows from source ``s``, laid end to end in
-    ``buffer`` (float32[n, d], as the exchange receives them), but for source ``own``'s, the array ``mine``
-    (its place in ``buffer`` unused: a rank's own block is not moved, exchange.Exchange.scatter).
+    ``buffer`` (float32[n, d], or bfloat16 bits: uint16[n, d], as the exchange receives them), but for source
+    ``own``'s, the array ``mine`` of the same type (its place in ``buffer`` unused: a rank's own block is not
+    moved, exchange.Exchange.scatter).
 
     Why not a list of arrays: a view and a ctypes pointer per source is Python work per source and per
     super-step, which grows with the rank count; here the pointers are one numpy sum."""
@@ -326,23 +330,32 @@ class Blocks:
             return blocks
         return cls(blocks[0] if len(blocks) == 1 else np.concatenate(blocks), [len(b) for b in blocks])
 
+    @property
+    def bfloat16(self):
+        return self.buffer.dtype == np.uint16
+
     def arrays(self):
-        """Each source's block (the numpy fallbacks')."""
+        """Each source's block as float32 (the numpy fallbacks')."""
+        from .wire import from_bf16
+
         ends = np.cumsum(self.counts)
-        return [self.mine if s == self.own else self.buffer[lo:hi]
-                for s, (lo, hi) in enumerate(zip(ends - self.counts, ends))]
+        blocks = [self.mine if s == self.own else self.buffer[lo:hi]
+                  for s, (lo, hi) in enumerate(zip(ends - self.counts, ends))]
+        return [from_bf16(b) for b in blocks] if self.bfloat16 else blocks
 
     def pointers(self):
         """int64[S]: each block's address (the kernels')."""
-        at = self.buffer.ctypes.data + (np.cumsum(self.counts) - self.counts) * (4 * self.buffer.shape[1])
+        at = self.buffer.ctypes.data + (np.cumsum(self.counts) - self.counts) * (self.buffer.itemsize * self.buffer.shape[1])
         if self.own >= 0:
             at[self.own] = self.mine.ctypes.data
         return at
 
     def fits(self, d):
-        """Whether the blocks are float32 C-contiguous rows of ``d`` columns, as many as counted."""
+        """Whether the blocks are float32 (or all uint16) C-contiguous rows of ``d`` columns, as many as counted."""
+        kind = self.buffer.dtype if self.buffer.dtype in (np.float32, np.uint16) else np.float32
+
         def fit(a, n):
-            return a.dtype == np.float32 and a.ndim == 2 and a.shape[1] == d and a.flags.c_contiguous and len(a) >= n
+            return a.dtype == kind and a.ndim == 2 and a.shape[1] == d and a.flags.c_contiguous and len(a) >= n
         return fit(self.buffer, self.counts.sum()) and (self.own < 0 or fit(self.mine, self.counts[self.own]))
 
 

@@ -30,10 +30,31 @@ inline void prefetch_row(const float* row, int64_t d, int write) {
   for (int64_t b = 0; b < d; b += 16) __builtin_prefetch(row + b, write);  // a 64-byte line per 16 floats
 }
 
-// dst += s * src over d floats: the one add both entry points use, so that they round alike.
-inline void add_row(float* dst, const float* src, float s, int64_t d) {
+// bfloat16 (hvd_w2v/wire.py): a float32's upper 16 bits, rounded to nearest, ties to even; a NaN stays a NaN
+// (rounding could carry its mantissa into the exponent and make it an infinity).
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u) : rounded;
+}
+
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A block's value as float32: a float32 itself, a bfloat16 widened (exact).
+inline float value(float x) { return x; }
+inline float value(uint16_t x) { return from_bf16(x); }
+
+// dst += s * src over d values: the one add every entry point uses, so that they round alike.
+template <typename Value>
+inline void add_row(float* dst, const Value* src, float s, int64_t d) {
 #pragma omp simd
-  for (int64_t j = 0; j < d; ++j) dst[j] += s * src[j];
+  for (int64_t j = 0; j < d; ++j) dst[j] += s * value(src[j]);
 }
 
 // The capped add's scale of a row that sums m SGD updates: min(1, cap / max(m, 1)).
@@ -70,89 +91,8 @@ std::vector<int64_t> owned_entries(const int64_t* rows, int64_t n, int64_t team,
   return mine;
 }
 
-// bfloat16 (hvd_w2v/wire.py): a float32's upper 16 bits, rounded to nearest, ties to even; a NaN stays a NaN
-// (rounding could carry its mantissa into the exponent and make it an infinity).
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u) : rounded;
-}
-
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Below this many values a conversion stays on one thread.
 constexpr int64_t MIN_PARALLEL_VALUES = 1 << 16;
-
-}  // namespace
-
-extern "C" {
-
-// out[i] = bfloat16 of table[rows[i]] for i < n: hvd_w2v_take_rows, rounded as it copies. Returns 0, or -1
-// with nothing written when a row lies outside [0, table_rows).
-int64_t hvd_w2v_take_rows_bf16(const float* table, int64_t table_rows, const int64_t* rows, uint16_t* out,
-                               int64_t n, int64_t d, int64_t threads) {
-  if (!inside(rows, n, table_rows)) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
-    const float* src = table + rows[i] * d;
-    uint16_t* dst = out + i * d;
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) dst[j] = to_bf16(src[j]);
-  }
-  return 0;
-}
-
-// out[i] = bfloat16 of in[i] for i < n (out may be in, read as uint16: no).
-void hvd_w2v_to_bf16(const float* in, uint16_t* out, int64_t n, int64_t threads) {
-#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
-  for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
-}
-
-// out[i] = the float32 of bfloat16 in[i] for i < n: exact.
-void hvd_w2v_from_bf16(const uint16_t* in, float* out, int64_t n, int64_t threads) {
-#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
-  for (int64_t i = 0; i < n; ++i) out[i] = from_bf16(in[i]);
-}
-
-// values[i] rounded to bfloat16 in place (still float32) for i < n: what the wire makes of a rank's own block.
-void hvd_w2v_round_bf16(float* values, int64_t n, int64_t threads) {
-#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
-  for (int64_t i = 0; i < n; ++i) values[i] = from_bf16(to_bf16(values[i]));
-}
-
-// out[i] = table[rows[i]] for i < n; rows of d floats; on ``threads`` threads, each a range of i. Returns 0,
-// or -1 with nothing written when a row lies outside [0, table_rows).
-int64_t hvd_w2v_take_rows(const float* table, int64_t table_rows, const int64_t* rows, float* out, int64_t n,
-                          int64_t d, int64_t threads) {
-  if (!inside(rows, n, table_rows)) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
-    const float* src = table + rows[i] * d;
-    float* dst = out + i * d;
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) dst[j] = src[j];
-  }
-  return 0;
-}
-
-// table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique, so ``threads``
-// threads can each take a range of i. Returns 0, or -1 with nothing touched when a row lies outside
-// [0, table_rows).
-int64_t hvd_w2v_add_rows(float* table, int64_t table_rows, const int64_t* rows, const float* updates,
-                         const float* scale, int64_t n, int64_t d, int64_t threads) {
-  if (!inside(rows, n, table_rows)) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
-  for (int64_t i = 0; i < n; ++i) add_row(table + rows[i] * d, updates + i * d, scale ? scale[i] : 1.f, d);
-  return 0;
-}
 
 // An owner's whole scatter in one call. Source s sent blocks[s], float32[counts[s], d]: updates of the table
 // rows listed, source after source, in ``rows`` (unique within a source, not across sources), the i-th summing
@@ -165,9 +105,10 @@ int64_t hvd_w2v_add_rows(float* table, int64_t table_rows, const int64_t* rows, 
 // rank alone) needs neither the owners nor the sums: its rows are unique, each m its own, and each thread
 // takes a range of its entries, as in add_rows.
 // Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
-int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
-                            const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total,
-                            int64_t d, int64_t threads) {
+template <typename Value>
+int64_t add_sources(float* table, int64_t table_rows, const int64_t* rows, const Value* const* blocks,
+                    const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total, int64_t d,
+                    int64_t threads) {
   int64_t n = 0;
   for (int64_t s = 0; s < sources; ++s) n += counts[s];
   if (!inside(rows, n, table_rows)) return -1;
@@ -204,14 +145,14 @@ int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* row
 // min(1, cap / max(m, 1)), m the row's summed sgd, then scaled down to an L2 norm of at most ``clip``, and
 // added. On ``threads`` threads, each the owner of every threads-th block of ROW_BLOCK table rows, as in
 // add_sources: each lists its entries and chains each row's entries in source order (a hash of its own: no
-// scratch the size of the table), then walks its rows: a row of one entry is clipped and added from where it
-// arrived, a row of several summed first in one row of scratch. Each row is summed and added by one thread, so
-// the result is the same bytes on any thread count. (No buffer of all the sums: on a flat vocabulary most
-// rows have one entry, and writing then reading such a buffer, fresh pages each call, cost more than the add.)
+// scratch the size of the table), then walks its rows, each summed in one row of scratch, clipped and added.
+// Each row is summed and added by one thread, so the result is the same bytes on any thread count. (No buffer
+// of all the sums: writing then reading one, fresh pages each call, cost more than the add.)
 // Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
-int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
-                              const int64_t* counts, int64_t sources, const float* sgd, float cap, float clip,
-                              int64_t d, int64_t threads) {
+template <typename Value>
+int64_t merge_sources(float* table, int64_t table_rows, const int64_t* rows, const Value* const* blocks,
+                      const int64_t* counts, int64_t sources, const float* sgd, float cap, float clip, int64_t d,
+                      int64_t threads) {
   int64_t n = 0;
   for (int64_t s = 0; s < sources; ++s) n += counts[s];
   if (!inside(rows, n, table_rows)) return -1;
@@ -221,7 +162,7 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
     const int64_t t = team > 1 ? omp_get_thread_num() : 0;
     const std::vector<int64_t> mine = owned_entries(rows, n, team, t);
     const int64_t m = mine.size();
-    std::vector<const float*> from(m);  // entry k's update, where its source's block holds it
+    std::vector<const Value*> from(m);  // entry k's update, where its source's block holds it
     int64_t s = 0, end = sources ? counts[0] : 0;  // entry i's source, and where that source's entries end
     for (int64_t k = 0; k < m; ++k) {
       const int64_t i = mine[k];
@@ -251,20 +192,18 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
         }
       }
     }
-    std::vector<float> scratch(d);  // a row of several entries: their sum
+    std::vector<float> scratch(d);  // a row's sum
+    float* sum = scratch.data();
     const int64_t distinct = first.size();
     for (int64_t u = 0; u < distinct; ++u) {
       if (u + PREFETCH_ROWS < distinct) prefetch_row(table + rows[mine[first[u + PREFETCH_ROWS]]] * d, d, 1);
       int32_t k = first[u];
-      const float* sum = from[k];
       float m_row = sgd[mine[k]];
-      if (next[k] >= 0) {  // summed in source order: the first copied (0 + x is x), the others added
-        std::copy(sum, sum + d, scratch.data());
-        for (k = next[k]; k >= 0; k = next[k]) {
-          add_row(scratch.data(), from[k], 1.f, d);
-          m_row += sgd[mine[k]];
-        }
-        sum = scratch.data();
+      // summed in source order: the first copied (0 + x is x), the others added
+      for (int64_t j = 0; j < d; ++j) sum[j] = value(from[k][j]);
+      for (k = next[k]; k >= 0; k = next[k]) {
+        add_row(sum, from[k], 1.f, d);
+        m_row += sgd[mine[k]];
       }
       float squares = 0.f;
 #pragma omp simd reduction(+ : squares)
@@ -277,4 +216,96 @@ int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* r
   }
   return 0;
 }
+
+}  // namespace
+
+extern "C" {
+
+// out[i] = table[rows[i]] for i < n; rows of d floats; on ``threads`` threads, each a range of i. Returns 0,
+// or -1 with nothing written when a row lies outside [0, table_rows).
+int64_t hvd_w2v_take_rows(const float* table, int64_t table_rows, const int64_t* rows, float* out, int64_t n,
+                          int64_t d, int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
+    const float* src = table + rows[i] * d;
+    float* dst = out + i * d;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) dst[j] = src[j];
+  }
+  return 0;
+}
+
+// table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique, so ``threads``
+// threads can each take a range of i. Returns 0, or -1 with nothing touched when a row lies outside
+// [0, table_rows).
+int64_t hvd_w2v_add_rows(float* table, int64_t table_rows, const int64_t* rows, const float* updates,
+                         const float* scale, int64_t n, int64_t d, int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
+  for (int64_t i = 0; i < n; ++i) add_row(table + rows[i] * d, updates + i * d, scale ? scale[i] : 1.f, d);
+  return 0;
+}
+
+
+// out[i] = bfloat16 of table[rows[i]] for i < n: hvd_w2v_take_rows, rounded as it copies. Returns 0, or -1
+// with nothing written when a row lies outside [0, table_rows).
+int64_t hvd_w2v_take_rows_bf16(const float* table, int64_t table_rows, const int64_t* rows, uint16_t* out,
+                               int64_t n, int64_t d, int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
+    const float* src = table + rows[i] * d;
+    uint16_t* dst = out + i * d;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) dst[j] = to_bf16(src[j]);
+  }
+  return 0;
+}
+
+// out[i] = bfloat16 of in[i] for i < n.
+void hvd_w2v_to_bf16(const float* in, uint16_t* out, int64_t n, int64_t threads) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
+  for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+// out[i] = the float32 of bfloat16 in[i] for i < n: exact.
+void hvd_w2v_from_bf16(const uint16_t* in, float* out, int64_t n, int64_t threads) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
+  for (int64_t i = 0; i < n; ++i) out[i] = from_bf16(in[i]);
+}
+
+// values[i] rounded to bfloat16 in place (still float32) for i < n: what the wire makes of a rank's own rows.
+void hvd_w2v_round_bf16(float* values, int64_t n, int64_t threads) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_VALUES)
+  for (int64_t i = 0; i < n; ++i) values[i] = from_bf16(to_bf16(values[i]));
+}
+
+// The owners' adds above, their blocks float32 (the exchange's float32 wire) or bfloat16 (wire.BFloat16).
+int64_t hvd_w2v_add_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
+                            const int64_t* counts, int64_t sources, const float* sgd, float cap, float* total,
+                            int64_t d, int64_t threads) {
+  return add_sources(table, table_rows, rows, blocks, counts, sources, sgd, cap, total, d, threads);
+}
+
+int64_t hvd_w2v_add_sources_bf16(float* table, int64_t table_rows, const int64_t* rows,
+                                 const uint16_t* const* blocks, const int64_t* counts, int64_t sources,
+                                 const float* sgd, float cap, float* total, int64_t d, int64_t threads) {
+  return add_sources(table, table_rows, rows, blocks, counts, sources, sgd, cap, total, d, threads);
+}
+
+int64_t hvd_w2v_merge_sources(float* table, int64_t table_rows, const int64_t* rows, const float* const* blocks,
+                              const int64_t* counts, int64_t sources, const float* sgd, float cap, float clip,
+                              int64_t d, int64_t threads) {
+  return merge_sources(table, table_rows, rows, blocks, counts, sources, sgd, cap, clip, d, threads);
+}
+
+int64_t hvd_w2v_merge_sources_bf16(float* table, int64_t table_rows, const int64_t* rows,
+                                   const uint16_t* const* blocks, const int64_t* counts, int64_t sources,
+                                   const float* sgd, float cap, float clip, int64_t d, int64_t threads) {
+  return merge_sources(table, table_rows, rows, blocks, counts, sources, sgd, cap, clip, d, threads);
+}
+
 }  // extern "C"

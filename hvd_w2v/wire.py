@@ -6,26 +6,26 @@ allreduce's bytes the same way; bfloat16 rather than float16 because late in a r
 has decayed 250-fold, a super-step's deltas fall below float16's normal range (6e-5) and would lose their
 digits there.
 
-What is rounded, on every layout alike (:class:`Exchange` calls these for its own rows and block as well as
-for what it sends): the snapshot a shard starts from is its owners' rows rounded; a rank's deltas (the sum
-of its shards') are rounded before their owners add them. The owners keep their rows in float32 and add in
-float32, so the rounding errors do not pile up in the model: each super-step's deltas are off by at most
-2^-8 of themselves. The vectors of one V then differ between layouts by the rounding of each rank's sum as
-well as by the order of float32 sums. The exact step keeps float32 (its contract is exactness across rank
-counts).
+What is rounded, on every layout alike (exchange.Exchange puts its own rows and updates in the wire's form
+as well as those it sends): the snapshot a shard starts from is its owners' rows rounded; a rank's deltas
+(the sum of its shards') are rounded before their owners add them (native.add_sources and merge_sources read
+the bfloat16 bits as they arrived). The owners keep their rows in float32 and add in float32, so the rounding
+errors do not pile up in the model: each super-step's deltas are off by at most 2^-8 of themselves. The
+vectors of one V then differ between layouts by the rounding of each rank's sum as well as by the order of
+float32 sums: not the same vectors on every layout, which is why float32 stays the default. The exact step
+keeps float32 (its contract is exactness across rank counts).
 
 Why: on a flat vocabulary, whose rows seldom repeat within a super-step, a node's bytes are the rows and
-deltas, 8 dim B a row each way; the planner (localplan --wire) shows what half of that buys, and
+deltas, 4 dim B a row each way; the planner (localplan --wire) shows what half of that buys, and
 hvd_w2v/bench/README.md what it costs in quality.
 """
 import numpy as np
 
 from . import native
-from .config import WIRES  # noqa: F401 (the wires' names, where Config checks them)
 
 
 def of(name, threads=1):
-    """The wire called ``name`` (one of WIRES), converting on ``threads`` threads."""
+    """The wire called ``name`` (one of config.WIRES), converting on ``threads`` threads."""
     return (BFloat16 if name == "bfloat16" else Float32)(threads)
 
 
@@ -54,13 +54,10 @@ class Float32:
     def decode(self, received, out, skip=slice(0, 0)):
         """``out`` (float32) from ``received``, but for its rows ``skip``: nothing to do."""
 
-    def encode(self, values, skip=slice(0, 0)):
-        """``values`` (float32) to send, but for its rows ``skip`` (left unsent): themselves."""
+    def encode(self, values):
+        """``values`` (float32) in the wire's form, as they are sent and as their owners add them
+        (native.add_sources and merge_sources take either form): themselves."""
         return values
-
-    def widened(self, received, skip=slice(0, 0)):
-        """``received`` as float32, but for its rows ``skip`` (left unset): itself."""
-        return received
 
 
 class BFloat16(Float32):
@@ -90,17 +87,10 @@ class BFloat16(Float32):
         for part in _around(len(out), skip):
             self._from(received[part], out[part])
 
-    def encode(self, values, skip=slice(0, 0)):
+    def encode(self, values):
         sent = np.empty(values.shape, self.dtype)
-        for part in _around(len(values), skip):
-            self._to(values[part], sent[part])
-        self.round(values[skip])
+        self._to(values, sent)
         return sent
-
-    def widened(self, received, skip=slice(0, 0)):
-        out = np.empty(received.shape, np.float32)
-        self.decode(received, out, skip)
-        return out
 
     def _to(self, values, out):
         lib = native.row_copies()

@@ -27,9 +27,10 @@ def test_bfloat16_rounds_to_nearest_even_and_the_kernel_agrees_bit_for_bit():
     assert native.row_copies() is not None, native.unavailable("rows_kernel")
     for threads in (1, 3):
         carrier = wire.BFloat16(threads)
-        sent = carrier.encode(x.reshape(1, -1).copy())
+        sent = carrier.encode(x.reshape(1, -1))
         assert sent.dtype == np.uint16 and sent.tobytes() == bits.tobytes()
-        got = carrier.widened(sent)
+        got = np.empty((1, len(x)), np.float32)
+        carrier.decode(sent, got)
         assert got.tobytes() == back.tobytes()
         again = x.copy()
         carrier.round(again)
@@ -37,7 +38,9 @@ def test_bfloat16_rounds_to_nearest_even_and_the_kernel_agrees_bit_for_bit():
 
 
 @pytest.mark.parametrize("mode", ["compiled", "numpy"])
-def test_a_rank_sends_all_but_its_own_block_and_rounds_that_where_it_is(mode, monkeypatch):
+def test_a_rank_takes_and_sends_in_the_wire_s_form_and_owners_add_it_as_float32_would(mode, monkeypatch):
+    """bfloat16 rows taken and updates sent; the owners' adds of bfloat16 blocks give the bytes of float32
+    blocks holding the same values (widening is exact), on any thread count."""
     if mode == "numpy":  # the fallbacks, where the library cannot be built
         monkeypatch.setattr(native, "row_copies", lambda: None)
     g = np.random.default_rng(1)
@@ -49,18 +52,29 @@ def test_a_rank_sends_all_but_its_own_block_and_rounds_that_where_it_is(mode, mo
     assert taken.tobytes() == wire.to_bf16(table[rows]).tobytes()
     with pytest.raises(IndexError):
         carrier.take(table, np.append(rows[:-1], 50), taken)
-    updates, own = table[rows].copy(), slice(10, 20)
-    sent = carrier.encode(updates, own)
-    assert sent[:10].tobytes() == wire.to_bf16(table[rows[:10]]).tobytes()
-    assert sent[20:].tobytes() == wire.to_bf16(table[rows[20:]]).tobytes()
-    assert updates[own].tobytes() == wire.from_bf16(wire.to_bf16(table[rows[10:20]])).tobytes()
-    assert updates[:10].tobytes() == table[rows[:10]].tobytes()  # what it sends stays as it was
-    out = np.full((30, 8), 7.0, np.float32)
-    carrier.decode(sent, out, own)
-    assert (out[own] == 7).all() and out[20:].tobytes() == wire.from_bf16(sent[20:]).tobytes()
+    out, own = np.full((30, 8), 7.0, np.float32), slice(10, 20)
+    carrier.decode(taken, out, own)
+    assert (out[own] == 7).all() and out[20:].tobytes() == wire.from_bf16(taken[20:]).tobytes()
+    rounded = table[rows[own]].copy()
+    carrier.round(rounded)
+    assert rounded.tobytes() == wire.from_bf16(taken[own]).tobytes()
+    # three sources' updates of rows they share, as an owner receives them
+    keys = np.concatenate([g.choice(40, 25, replace=False) for _ in range(3)]).astype(np.int64)
+    updates = g.standard_normal((75, 8)).astype(np.float32)
+    sent = carrier.encode(updates)
+    assert sent.tobytes() == wire.to_bf16(updates).tobytes()
+    widened, sgd = wire.from_bf16(sent), g.integers(1, 5, 75).astype(np.float32)
+    for threads in (1, 3):
+        for add in (lambda t, b: native.add_sources(t, keys, native.Blocks(b, [25] * 3), sgd, 2.0,
+                                                    np.zeros(50, np.float32), threads),
+                    lambda t, b: native.merge_sources(t, keys, native.Blocks(b, [25] * 3), sgd, 2.0, 0.5, threads)):
+            want, got = table.copy(), table.copy()
+            add(want, widened)
+            add(got, sent)
+            assert got.tobytes() == want.tobytes() and not np.array_equal(got, table)
     # float32 leaves everything as it is
     plain = wire.of("float32")
     kept = table[rows].copy()
-    assert plain.encode(kept, own) is kept and plain.widened(kept) is kept and plain.receiver(out) is out
+    assert plain.encode(kept) is kept and plain.receiver(out) is out
     plain.round(kept)
     assert kept.tobytes() == table[rows].tobytes()
