@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -91,6 +92,26 @@ std::vector<int64_t> owned_entries(const int64_t* rows, int64_t n, int64_t team,
   return mine;
 }
 
+// A value as a block of the wire holds it: a float32 itself, or its bfloat16.
+inline void put(float* to, float x) { *to = x; }
+inline void put(uint16_t* to, float x) { *to = to_bf16(x); }
+
+// out[i] = table[rows[i]] for i < n, in ``out``'s type: hvd_w2v_take_rows and hvd_w2v_take_rows_bf16.
+template <typename Value>
+int64_t take_rows(const float* table, int64_t table_rows, const int64_t* rows, Value* out, int64_t n, int64_t d,
+                  int64_t threads) {
+  if (!inside(rows, n, table_rows)) return -1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
+    const float* src = table + rows[i] * d;
+    Value* dst = out + i * d;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) put(dst + j, src[j]);
+  }
+  return 0;
+}
+
 // Below this many values a conversion stays on one thread.
 constexpr int64_t MIN_PARALLEL_VALUES = 1 << 16;
 
@@ -145,7 +166,8 @@ int64_t add_sources(float* table, int64_t table_rows, const int64_t* rows, const
 // min(1, cap / max(m, 1)), m the row's summed sgd, then scaled down to an L2 norm of at most ``clip``, and
 // added. On ``threads`` threads, each the owner of every threads-th block of ROW_BLOCK table rows, as in
 // add_sources: each lists its entries and chains each row's entries in source order (a hash of its own: no
-// scratch the size of the table), then walks its rows, each summed in one row of scratch, clipped and added.
+// scratch the size of the table), then walks its rows: each summed in one row of scratch (but a float32 row of
+// one entry, read where it arrived), clipped and added.
 // Each row is summed and added by one thread, so the result is the same bytes on any thread count. (No buffer
 // of all the sums: writing then reading one, fresh pages each call, cost more than the add.)
 // Returns 0, or -1 with nothing touched when a row lies outside [0, table_rows).
@@ -193,17 +215,21 @@ int64_t merge_sources(float* table, int64_t table_rows, const int64_t* rows, con
       }
     }
     std::vector<float> scratch(d);  // a row's sum
-    float* sum = scratch.data();
     const int64_t distinct = first.size();
     for (int64_t u = 0; u < distinct; ++u) {
       if (u + PREFETCH_ROWS < distinct) prefetch_row(table + rows[mine[first[u + PREFETCH_ROWS]]] * d, d, 1);
       int32_t k = first[u];
       float m_row = sgd[mine[k]];
-      // summed in source order: the first copied (0 + x is x), the others added
-      for (int64_t j = 0; j < d; ++j) sum[j] = value(from[k][j]);
-      for (k = next[k]; k >= 0; k = next[k]) {
-        add_row(sum, from[k], 1.f, d);
-        m_row += sgd[mine[k]];
+      const float* sum;
+      if constexpr (std::is_same_v<Value, float>) sum = from[k];  // a row of one float32 entry: where it is
+      if (!std::is_same_v<Value, float> || next[k] >= 0) {
+        // summed in source order: the first copied (0 + x is x), the others added
+        for (int64_t j = 0; j < d; ++j) scratch[j] = value(from[k][j]);
+        for (k = next[k]; k >= 0; k = next[k]) {
+          add_row(scratch.data(), from[k], 1.f, d);
+          m_row += sgd[mine[k]];
+        }
+        sum = scratch.data();
       }
       float squares = 0.f;
 #pragma omp simd reduction(+ : squares)
@@ -225,16 +251,13 @@ extern "C" {
 // or -1 with nothing written when a row lies outside [0, table_rows).
 int64_t hvd_w2v_take_rows(const float* table, int64_t table_rows, const int64_t* rows, float* out, int64_t n,
                           int64_t d, int64_t threads) {
-  if (!inside(rows, n, table_rows)) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
-    const float* src = table + rows[i] * d;
-    float* dst = out + i * d;
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) dst[j] = src[j];
-  }
-  return 0;
+  return take_rows(table, table_rows, rows, out, n, d, threads);
+}
+
+// The same, each value rounded to bfloat16 as it is copied.
+int64_t hvd_w2v_take_rows_bf16(const float* table, int64_t table_rows, const int64_t* rows, uint16_t* out,
+                               int64_t n, int64_t d, int64_t threads) {
+  return take_rows(table, table_rows, rows, out, n, d, threads);
 }
 
 // table[rows[i]] += scale[i] * updates[i] for i < n (scale null: 1); ``rows`` are unique, so ``threads``
@@ -245,23 +268,6 @@ int64_t hvd_w2v_add_rows(float* table, int64_t table_rows, const int64_t* rows, 
   if (!inside(rows, n, table_rows)) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
   for (int64_t i = 0; i < n; ++i) add_row(table + rows[i] * d, updates + i * d, scale ? scale[i] : 1.f, d);
-  return 0;
-}
-
-
-// out[i] = bfloat16 of table[rows[i]] for i < n: hvd_w2v_take_rows, rounded as it copies. Returns 0, or -1
-// with nothing written when a row lies outside [0, table_rows).
-int64_t hvd_w2v_take_rows_bf16(const float* table, int64_t table_rows, const int64_t* rows, uint16_t* out,
-                               int64_t n, int64_t d, int64_t threads) {
-  if (!inside(rows, n, table_rows)) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n >= MIN_PARALLEL_ROWS)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + PREFETCH_ROWS < n) prefetch_row(table + rows[i + PREFETCH_ROWS] * d, d, 0);
-    const float* src = table + rows[i] * d;
-    uint16_t* dst = out + i * d;
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) dst[j] = to_bf16(src[j]);
-  }
   return 0;
 }
 
