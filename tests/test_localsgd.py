@@ -237,3 +237,11 @@ def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, cap
     # around the SGD: the examples' work measured once; the rows' add from P sources, once a P
     assert len({r[9] for r in rows}) == 1 and float(rows[0][9]) > 0
     assert all(r[10] == rows[2 * (i // 2)][10] and float(r[10]) > 0 for i, r in enumerate(rows))
+    # bfloat16 rows and deltas: the same keys, half the rows' bytes; the node's work on 1 thread, as told
+    assert localplan.main([corpus, "--nodes", "4", "--threads", "4", "--superstep", "256", "--bandwidth", "100",
+                           "--hot-rows", "0", "--exact-steps", "0", "--wire", "bfloat16", "--node-threads", "1"]) == 0
+    out = capsys.readouterr()
+    half = out.out.splitlines()[-1].split()
+    assert 0.45 < float(half[7].replace(",", "")) / float(rows[2][7].replace(",", "")) < 0.6
+    assert "as bfloat16" in out.err and "on 1 thread here" in out.err
+    assert localplan.main([corpus, "--threads", "4", "--node-threads", "5"]) == 2
