@@ -186,6 +186,11 @@ STEP_BYTES_PER_SLOT = 170
 # the difference of their peaks less the planned float blocks, over the difference of the slots (the train
 # commands' "memory: planned ..., measured peak" lines; hvd_w2v/bench/README.md, "Shard-local SGD").
 SHARD_BYTES_PER_SLOT = 24
+# ... and per slot on several ranks, beyond that: the same 150,000 lines on 2 ranks of 1 thread, --shards 64,
+# peaked past the plan by a part that grew with the slots, 20 to 26 B a slot from --superstep 64 to 1,024 and
+# from 1,024 to 4,096 (peaks 505, 557 and 651 MiB against plans of 513, 555 and 610 without it). What holds
+# it (the exchange's keys, MPI's buffers of large messages, the allocator's slack) is not identified.
+SHARD_BYTES_PER_SLOT_RANKS = 24
 SHARD_UNIQUE_COPIES = 3  # [U, dim] blocks of a super-step: its table, its deltas, the exchange's buffer
 # Float32 [slots, dim] blocks alive at once in the skip-gram step: the gathered context and output rows and their
 # updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
@@ -291,7 +296,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
         # (add_sources).
         # (With --wire bfloat16 the updates sent are a bfloat16 copy, and the rows and updates received take half
         # their float32 bytes: about as much in all. wire.py)
-        per_slot, tables = SHARD_BYTES_PER_SLOT, SHARD_UNIQUE_COPIES * unique
+        per_slot = SHARD_BYTES_PER_SLOT + (SHARD_BYTES_PER_SLOT_RANKS if ranks > 1 else 0)
+        tables = SHARD_UNIQUE_COPIES * unique
         places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
         running = min(threads, hosted)
         copies = running * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
