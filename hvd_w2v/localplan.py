@@ -162,6 +162,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     rows an owner of P nodes holds are every P-th word: on an even P, all in the blocks one thread of two
     adds, which made 2 threads look no faster than 1.)"""
     (model, place), merge = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg, work_threads)
+    carrier = cfg.wire if nodes > 1 else "float32"  # one node sends nothing
     busiest, entries, distinct = [], [], []
     for at in samples:
         steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
@@ -172,12 +173,12 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
             keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
             sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
             seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge, work_threads,
-                                          cfg.wire))
+                                          carrier))
             entries.append(len(keys))
             distinct.append(len(np.unique(keys)))
         busiest.append(max(seconds))
     seconds = float(np.mean(busiest))
-    merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {cfg.wire}"
+    merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {carrier}"
     return seconds, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
                      f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
                      f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here")
@@ -306,14 +307,13 @@ def main(argv=None):
                                        measure_prepare(corpus, c, args.threads, args.node_threads))
                         say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][1]}")
                     for p in {1, n}:
-                        if (s, p, c.merge_clip) not in measured:  # one node sends nothing: float32
-                            measured[s, p, c.merge_clip] = measure_owner(
-                                corpus, c if p > 1 else replace(c, wire="float32"), p, args.threads,
-                                range(args.samples), args.node_threads)
+                        if (s, p, c.merge_clip) not in measured:
+                            measured[s, p, c.merge_clip] = measure_owner(corpus, c, p, args.threads,
+                                                                         range(args.samples), args.node_threads)
                             say(f"localplan: S {s:,}: {measured[s, p, c.merge_clip][1]}")
                     per_position, prepare = measured[s][0][0], measured[s][1][0]
                     other = prepare, measured[s, n, c.merge_clip][0]
-                    one = project(corpus, replace(c, wire="float32"), 1, args.threads, 0, network, per_position, [],
+                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [],
                                   (prepare, measured[s, 1, c.merge_clip][0]))["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,

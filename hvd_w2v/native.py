@@ -188,13 +188,15 @@ def row_copies():
     return _library("rows_kernel", ROW_FUNCTIONS, "the compiled row copies", I64)
 
 
-def _checked(table, rows, block):
+def _checked(table, rows, block, kinds=(np.float32,)):
     """The arguments of a take/add call before its own (table, table rows, rows, block), after the checks
-    that keep the C loop inside its arrays (the loop checks the rows' range itself)."""
-    if not (table.dtype == block.dtype == np.float32 and rows.dtype == np.int64 and table.ndim == 2
+    that keep the C loop inside its arrays (the loop checks the rows' range itself); ``block`` of one of
+    ``kinds``."""
+    if not (table.dtype == np.float32 and block.dtype in kinds and rows.dtype == np.int64 and table.ndim == 2
             and block.shape == (len(rows), table.shape[1])
             and table.flags.c_contiguous and block.flags.c_contiguous and rows.flags.c_contiguous):
-        raise ValueError("row copies take float32 C-contiguous [n, d] blocks and int64 rows")
+        raise ValueError("row copies take float32 C-contiguous [n, d] blocks (uint16 bfloat16 into take_rows) and "
+                         "int64 rows")
     return table.ctypes.data, len(table), rows.ctypes.data, block.ctypes.data
 
 
@@ -203,14 +205,19 @@ def _out_of_range(table):
 
 
 def take_rows(table, rows, out, threads=1):
-    """``out[:] = table[rows]``: float32 tables, int64 ``rows``; compiled (on ``threads`` threads) when
-    available, else numpy (one thread)."""
+    """``out[:] = table[rows]``: float32 tables, int64 ``rows``; ``out`` float32, or uint16 for the rows'
+    bfloat16 bits (wire.BFloat16); compiled (on ``threads`` threads) when available, else numpy (one thread)."""
     lib = row_copies()
-    if lib is None:
+    if lib is None and out.dtype == np.uint16:
+        from .wire import to_bf16
+
+        out[:] = to_bf16(table[rows])
+    elif lib is None:
         np.take(table, rows, axis=0, out=out)
-        return
-    if lib.hvd_w2v_take_rows(*_checked(table, rows, out), len(rows), table.shape[1], threads):
-        raise _out_of_range(table)
+    else:
+        take = lib.hvd_w2v_take_rows_bf16 if out.dtype == np.uint16 else lib.hvd_w2v_take_rows
+        if take(*_checked(table, rows, out, (np.float32, np.uint16)), len(rows), table.shape[1], threads):
+            raise _out_of_range(table)
 
 
 def add_rows(table, rows, updates, scale=None, threads=1):
@@ -237,7 +244,8 @@ def cap_scale(cap, counts):
 
 def add_sources(table, rows, blocks, sgd, cap, total, threads=1):
     """An owner's scatter in one pass. ``blocks`` (:class:`Blocks`, or a list of float32[n_s, d]; or of
-    bfloat16 bits, uint16, as wire.BFloat16 sends them) holds source s's updates of the table rows listed in ``rows`` (int64, all sources' in order; unique within a source, not
+    bfloat16 bits, uint16, as wire.BFloat16 sends them) holds source s's updates of the table rows listed in
+    ``rows`` (int64, all sources' in order; unique within a source, not
     across sources), each one summing ``sgd`` (float32, per row of ``rows``) SGD updates. Each row's updates
     are scaled by min(1, cap / max(m, 1)), m its SGD updates summed over all sources, and added source by
     source. ``total`` (float32[len(table)], zeros) is scratch, left zeros. Compiled (on ``threads`` threads,
@@ -345,13 +353,15 @@ class Blocks:
 
     def pointers(self):
         """int64[S]: each block's address (the kernels')."""
-        at = self.buffer.ctypes.data + (np.cumsum(self.counts) - self.counts) * (self.buffer.itemsize * self.buffer.shape[1])
+        row = self.buffer.itemsize * self.buffer.shape[1]
+        at = self.buffer.ctypes.data + (np.cumsum(self.counts) - self.counts) * row
         if self.own >= 0:
             at[self.own] = self.mine.ctypes.data
         return at
 
     def fits(self, d):
-        """Whether the blocks are float32 (or all uint16) C-contiguous rows of ``d`` columns, as many as counted."""
+        """Whether the blocks are float32 (or all uint16) C-contiguous rows of ``d`` columns, as many as
+        counted."""
         kind = self.buffer.dtype if self.buffer.dtype in (np.float32, np.uint16) else np.float32
 
         def fit(a, n):

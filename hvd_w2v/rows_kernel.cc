@@ -18,6 +18,8 @@ namespace {
 
 // Below this many rows a call stays on one thread: waking the team would cost more than it saves.
 constexpr int64_t MIN_PARALLEL_ROWS = 256;
+// Below this many values a conversion (bfloat16) stays on one thread.
+constexpr int64_t MIN_PARALLEL_VALUES = 1 << 16;
 // add_sources' threads own the table's rows in blocks of this many, in turn: blocks, so that two threads
 // seldom write one cache line (rows of d floats share lines at their ends); in turn, so that the frequent
 // words' rows, all at the table's start, are spread over every thread.
@@ -111,9 +113,6 @@ int64_t take_rows(const float* table, int64_t table_rows, const int64_t* rows, V
   }
   return 0;
 }
-
-// Below this many values a conversion stays on one thread.
-constexpr int64_t MIN_PARALLEL_VALUES = 1 << 16;
 
 // An owner's whole scatter in one call. Source s sent blocks[s], float32[counts[s], d]: updates of the table
 // rows listed, source after source, in ``rows`` (unique within a source, not across sources), the i-th summing

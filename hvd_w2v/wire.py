@@ -38,7 +38,8 @@ class Float32:
         self.threads = threads
 
     def take(self, table, rows, out):
-        """``out[:] = table[rows]`` in the wire's form (``out``: an array of :meth:`empty`)."""
+        """``out[:] = table[rows]`` in the wire's form (``out``: an array of :meth:`empty`; native.take_rows
+        rounds into uint16)."""
         native.take_rows(table, rows, out, self.threads)
 
     def empty(self, shape):
@@ -64,14 +65,6 @@ class BFloat16(Float32):
     """Rows and deltas rounded to bfloat16, sent as uint16 (the module's docstring)."""
 
     name, dtype = "bfloat16", np.dtype(np.uint16)
-
-    def take(self, table, rows, out):
-        lib = native.row_copies()
-        if lib is None:
-            out[:] = to_bf16(table[rows])
-        elif lib.hvd_w2v_take_rows_bf16(table.ctypes.data, len(table), rows.ctypes.data, _u16(out, rows, table),
-                                        len(rows), table.shape[1], self.threads):
-            raise IndexError(f"row index out of range [0, {len(table)})")
 
     def round(self, values):
         lib = native.row_copies()
@@ -131,10 +124,3 @@ def _float32(a):
         raise ValueError("the wire converts C-contiguous float32 arrays")
     return a.ctypes.data
 
-
-def _u16(out, rows, table):
-    if not (out.dtype == np.uint16 and out.flags.c_contiguous and out.shape == (len(rows), table.shape[1])
-            and table.dtype == np.float32 and table.flags.c_contiguous and rows.dtype == np.int64
-            and rows.flags.c_contiguous):
-        raise ValueError("the wire takes float32 tables' rows into uint16 [n, d] by int64 rows")
-    return out.ctypes.data
