@@ -5,8 +5,9 @@ word2vec does before windowing) and ``SENTENCE_END`` after every sentence. Rank 
 stream from its own byte range to ``ids.{r:05d}.i32``; laid end to end in rank order, the parts are the same
 stream for any rank count, so training positions are global and rank-count free.
 
-On one rank with the compiled passes the count has already numbered every token (vocab.build's ``numbered``,
-:class:`Provisional`): the encoding then reads those numbers, not the text, and turns them into ids.
+With the compiled passes the count has already numbered every token (vocab.build's ``numbered``,
+:class:`Provisional`): the encoding then reads those numbers, not the text, and turns them into ids. (Where
+those numbers are not usable, on any rank, it reads the text again.)
 """
 import bisect
 import errno
@@ -48,14 +49,14 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
     comm.agree(error)  # mpi4py: every rank's outcome; all leave here together on failure
     pieces = corpus.split(paths, comm.size)[comm.rank]
     lib = native.text_kernel()
-    provisional = vocab.provisional if comm.size == 1 else None
+    provisional = vocab.provisional
     shown = (progress.Reading("encode", pieces, log, threads=comm.threads)
              if reading and comm.rank == 0 and provisional is None else None)
     readers = corpus.readers(pieces, comm.threads) if lib is not None and provisional is None else 1
     if provisional is not None:  # counted in one pass (vocab.build's ``numbered``): its numbers turned into ids
         numbers, ids = provisional
         blocks = ((0, stream) for stream in numbers.streams(lib, ids, SENTENCE_END))
-        part = lambda comm, vocab, stream: stream  # noqa: E731
+        part = lambda comm, vocab, stream: np.empty(0, np.int32) if stream is None else stream  # noqa: E731
     elif lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
         blocks = corpus.read_ahead(pieces, readers, shown)  # checked there, 1 thread a block
         part = CompiledPart(comm, lib, vocab)
@@ -187,23 +188,27 @@ class PieceIds:
 
 
 class Provisional(PieceIds):
-    """The id stream counted in one pass on one rank (vocab.build's ``numbered``), kept until the vocabulary
-    is known: each piece's stream of provisional numbers (native.Counts.add_numbered, int32, 4 B a token or
-    newline) in a file of its own beside the shard, ``{folder}/numbers.{i:06d}``, as :class:`PieceIds` keeps
-    pieces read at once. :meth:`streams` turns them into ids, piece after piece, a chunk at a time."""
+    """The id stream counted in one pass (vocab.build's ``numbered``), kept until the vocabulary is known:
+    each piece's stream of provisional numbers (int32, 4 B a token or newline: native.Counts.add_numbered's
+    on one rank, handles on several: vocab._count_compiled) in a file of its own beside the shard,
+    ``{folder}/numbers.{rank:05d}.{i:06d}``, as :class:`PieceIds` keeps pieces read at once. :meth:`streams`
+    turns them into ids, piece after piece, a chunk at a time."""
 
     CHUNK = 1 << 22  # numbers read and turned into ids at a time: 16 MiB
 
-    def __init__(self, folder, readers):
-        super().__init__(os.path.join(folder, "numbers"), readers)
+    def __init__(self, folder, readers, rank=0):
+        super().__init__(os.path.join(folder, f"numbers.{rank:05d}"), readers)
         self.folder, self.made_folder = folder, False
 
     def write(self, i, numbers):
         """Append ``numbers`` to piece ``i``'s file. UserError when it cannot be written (a full disk)."""
         try:
             if not self.made_folder and not os.path.isdir(self.folder):  # made on first use, removed with the files
-                os.makedirs(self.folder)
-                self.made_folder = True
+                try:
+                    os.makedirs(self.folder)
+                    self.made_folder = True
+                except FileExistsError:  # another rank's, just made
+                    pass
             super().write(i, numbers)
         except OSError as e:
             raise UserError(f"cannot write {self.name(i)}: {e.strerror or e}") from None

@@ -18,8 +18,9 @@ import resource
 from dataclasses import dataclass
 
 from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
+from .encode import Provisional
 from .errors import UserError
-from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes  # no TensorFlow behind them
+from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes, pending_bytes  # no TensorFlow behind them
 from .wording import counted
 
 MIB = 1 << 20
@@ -50,6 +51,7 @@ class TextPasses:
     count_read: int  # per byte of the block being read, while counting: blocks read ahead, the part's tokens
     encode_read: int  # per byte of the block, while encoding: blocks, and the block's ids (compiled) or lists (Python)
     numbered_read: int  # per byte of the block, while counting on one rank: its provisional stream (one pass)
+    numbered_word: int  # P > 1: per distinct token of the corpus, the one pass's ids by number (every owner's)
     owned_word: int  # per distinct token a rank hash-owns while counting (beside the compiled table's slots)
     lookup_word: int  # per word of the encoding's word -> id table, beyond the words it keeps (and the slots)
     asked_word: int  # P > 1: per distinct word of a block, asked of its hash owner (words, numbers, answers)
@@ -85,9 +87,15 @@ class TextPasses:
 #   `bench.memory_probes passes` each: 23.2 and 24.1 MiB more while counting (3 blocks), 2.8 and 7.9 while
 #   encoding.
 # - numbered_read: on one rank the count also writes each block's stream of provisional numbers (int32, one
-#   per byte of the block at most: vocab.build's ``numbered``, encoding in the same pass), 4 B a byte.
-COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, owned_word=14, lookup_word=8, asked_word=84,
-                      word=59, thread=16 * MIB, reader=3, tables=True)
+#   per byte of the block at most: vocab.build's ``numbered``, encoding in the same pass), 4 B a byte. On
+#   several ranks the numbers held between two rounds instead (vocab.pending_bytes), and once counted every
+#   owner's ids by number on every rank (vocab._provisional_ids), numbered_word: 4 B each as sent (each
+#   owner's share, once a rank), received and interleaved, a number a distinct token (more where the owners'
+#   tables are uneven), counted with the encoding: 12 B. The flat 4M-word corpus on 2 ranks of 1 and 2
+#   threads (`bench.memory_probes passes`) held 161 and 169 MiB as words and encoding on its fuller rank,
+#   against 154 planned with 12 B: 16 B.
+COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=14, lookup_word=8,
+                      asked_word=84, word=59, thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
 # - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
 #   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
@@ -96,12 +104,13 @@ COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, owned_word=1
 #   corpus before) and 54 B a word (the dict's last growth, and the lists it is made from).
 # - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
 # - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
-PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, owned_word=100, lookup_word=54, asked_word=82,
-                    word=59 + 144, thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
+PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, numbered_word=0, owned_word=100, lookup_word=54,
+                    asked_word=82, word=59 + 144, thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
 SLOT_BYTES = 32
+NUMBERS_CHUNK = Provisional.CHUNK  # the one pass's numbers turned into ids at a time
 
 
 def table_slots(words):
@@ -137,14 +146,15 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, 
     """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
     reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
     (vocab.partial_bytes), and the owned counts, in ``threads`` tables (on one rank the partial tables are the
-    owned ones: vocab.count); and on one rank with the compiled passes, the block's provisional stream (the
-    encoding in the same pass, passes.numbered_read; planned whether or not the job encodes)."""
+    owned ones: vocab.count); and with the compiled passes the provisional stream (the encoding in the same
+    pass; planned whether or not the job encodes): on one rank the block's (passes.numbered_read), on several
+    the numbers held between two rounds (vocab.pending_bytes)."""
     own = passes.owned_word * owned
     if passes.tables:
         own += table_bytes(owned, threads)
     read = passes.count_read + (passes.numbered_read if ranks == 1 else 0)
-    return (reading_bytes(read, ranks, threads, corpus_bytes, readers, passes)
-            + (partial_bytes(threads, passes.tables) if ranks > 1 else 0) + own)
+    rounds = partial_bytes(threads, passes.tables) + (pending_bytes(threads) if passes.numbered_read else 0)
+    return reading_bytes(read, ranks, threads, corpus_bytes, readers, passes) + (rounds if ranks > 1 else 0) + own
 
 
 def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, raw_tokens=None, passes=COMPILED,
@@ -164,6 +174,13 @@ def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, ra
             tokens, part = min(tokens, distinct), min(part, distinct)
         out += passes.asked_word * tokens + (table_bytes(part * threads, threads) if passes.tables else 0)
     return out
+
+
+def numbered_bytes(ranks, distinct, passes=COMPILED):
+    """The encoding's peak above the words and tables where the count has numbered the tokens (the one pass):
+    a chunk of the numbers turned into ids at a time (encode.Provisional.CHUNK, 4 B each), and on several
+    ranks every owner's ids by number (passes.numbered_word a distinct token; one rank's are in its words')."""
+    return 4 * NUMBERS_CHUNK + (passes.numbered_word * distinct if ranks > 1 else 0)
 
 
 def distinct_counts(vocab_size, tokens=0):
@@ -310,7 +327,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
-         owned=0, block_distinct=0, passes=COMPILED, readers=1):
+         owned=0, block_distinct=0, passes=COMPILED, readers=1, one_pass=False):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
@@ -321,7 +338,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     tokens the most loaded rank hash-owns (0: ``distinct / ranks``, which hashes spread evenly);
     ``block_distinct``, the distinct tokens of a block (vocab.Vocab.block_distinct; 0: unknown, the block's
     tokens at most). ``passes``: COMPILED or PYTHON, the text passes that run; ``readers``: the most
-    corpus.readers a rank reads on (corpus.most_readers).
+    corpus.readers a rank reads on (corpus.most_readers); ``one_pass``: the count has also encoded (the
+    Vocab's ``provisional``), so the encoding reads its numbers, not the text (:func:`numbered_bytes`).
     """
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
@@ -340,8 +358,9 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         counting=counting,
         owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes, readers),
         owned_tokens=owned,
-        encoding=encoding_bytes(rows, ranks, threads, corpus_bytes, min(distinct, block_distinct or distinct),
-                                raw_tokens, passes, readers),
+        encoding=(numbered_bytes(ranks, distinct, passes) if one_pass else
+                  encoding_bytes(rows, ranks, threads, corpus_bytes, min(distinct, block_distinct or distinct),
+                                 raw_tokens, passes, readers)),
         compiled=passes.tables,
     )
 
@@ -365,13 +384,13 @@ MAX_RANKS = 1 << 20
 
 
 def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0,
-              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train", readers=1):
+              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train", readers=1, one_pass=False):
     """The smallest rank count whose plan (its peak up to ``stage``, MemoryPlan.peak) fits ``limit`` bytes per
     rank, or None when none up to MAX_RANKS does (the baseline, the count runs and the step's fixed part do
     not shrink with more ranks)."""
     return fewest_ranks(lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads, distinct,
                                        raw_tokens, block_distinct=block_distinct, passes=passes,
-                                       readers=readers).peak(stage) <= limit)
+                                       readers=readers, one_pass=one_pass).peak(stage) <= limit)
 
 
 def fewest_ranks(fits):

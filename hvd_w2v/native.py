@@ -528,7 +528,7 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_counts_add_text": ([P, P, I64], I64),
                   "hvd_w2v_counts_add_numbered": ([P, P, I64, P, I64, P], I64),
                   "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32], I64),
-                  "hvd_w2v_counts_add_words": ([P, P, P, P, I64], None),
+                  "hvd_w2v_counts_add_words": ([P, P, P, P, I64, P], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
@@ -654,26 +654,33 @@ class Counts:
             return 0
         return self.lib.hvd_w2v_counts_add_text(self.handle, _text(block) + start, end - start)
 
-    def add_numbered(self, block, file_end, out=None):
-        """Count the tokens of ``block`` (bytes of checked text, whole tokens at both ends) and number them:
-        returns (tokens, the block's stream in provisional numbers: int32, each token's word as
+    def add_numbered(self, block, file_end, out=None, start=0, end=None):
+        """Count the tokens of ``block[start:end]`` (bytes of checked text, whole tokens at both ends) and
+        number them: returns (tokens, the part's stream in provisional numbers: int32, each token's word as
         :meth:`take`'s ``numbered`` gives it, -1 for each newline and once more at ``file_end``), the stream a
-        view of ``out`` (int32, reused when it has room for len(block) + 1)."""
-        if out is None or out.dtype != np.int32 or not out.flags.c_contiguous or len(out) < len(block) + 1:
-            out = np.empty(len(block) + 1, np.int32)
+        view of ``out`` (int32, reused when it has room for the part's bytes + 1)."""
+        end = len(block) if end is None else end
+        if not 0 <= start <= end <= len(block):
+            raise ValueError(f"text range [{start}, {end}) outside the block's {len(block)} bytes")
+        if out is None or out.dtype != np.int32 or not out.flags.c_contiguous or len(out) < end - start + 1:
+            out = np.empty(end - start + 1, np.int32)
         tokens = ctypes.c_int64()
-        m = self.lib.hvd_w2v_counts_add_numbered(self.handle, _text(block), len(block), out.ctypes.data,
-                                                 int(bool(file_end)), ctypes.byref(tokens))
+        text = _text(block)
+        m = self.lib.hvd_w2v_counts_add_numbered(self.handle, text + start if text else None, end - start,
+                                                 out.ctypes.data, int(bool(file_end)), ctypes.byref(tokens))
         return tokens.value, out[:m]
 
-    def add_words(self, words, lengths, counts):
-        """Add ``counts`` (int64) of the words laid out in ``words`` (uint8) by ``lengths`` (int64)."""
+    def add_words(self, words, lengths, counts, numbered=False):
+        """Add ``counts`` (int64) of the words laid out in ``words`` (uint8) by ``lengths`` (int64); with
+        ``numbered``, returns each word's provisional number here (int64, as :meth:`take`'s ``numbered``)."""
         words, lengths = _words(words, lengths)
         counts = np.ascontiguousarray(counts, np.int64)
         if len(counts) != len(lengths):
             raise ValueError("one count per word")
+        numbers = np.empty(len(lengths), np.int64) if numbered else None
         self.lib.hvd_w2v_counts_add_words(self.handle, words.ctypes.data, lengths.ctypes.data, counts.ctypes.data,
-                                          len(lengths))
+                                          len(lengths), numbers.ctypes.data if numbered else None)
+        return numbers
 
     def __len__(self):
         """Distinct words summed over the threads' tables."""

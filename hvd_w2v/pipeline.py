@@ -215,9 +215,9 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     ``limit``: bytes per rank (--max-memory-per-rank) or None; with the limits the job runs under
     (:func:`memory_limit`), the count refuses, on every rank, before the counts a rank hash-owns outgrow them
     (memory.CountingLimit), and the plan before anything is written to ``out``. ``quiet``: no progress lines
-    while the text is read. On one rank with the compiled passes, a job that encodes (``stage`` "encode" or
-    "train") counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for
-    :func:`encode` (vocab.build's ``numbered``)."""
+    while the text is read. With the compiled passes, a job that encodes (``stage`` "encode" or "train")
+    counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for :func:`encode`
+    (vocab.build's ``numbered``)."""
     from . import export as export_mod
     from . import memory, native, runfolder, vocab
     from .comm import log
@@ -237,11 +237,12 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
         counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes,
                                         most_readers(paths, comm.size, comm.threads))
     numbered = None
-    if stage != "vocab" and comm.size == 1 and native.text_kernel() is not None:
-        from .corpus import readers, split
+    if stage != "vocab" and native.text_kernel() is not None:
         from .encode import Provisional
 
-        numbered = Provisional(os.path.join(into or out, "ids"), readers(split(paths, 1)[0], comm.threads))
+        # As many files open as pieces read at once, at most (corpus.readers: no more than the threads); the
+        # files are not looked at before vocab.build has checked them.
+        numbered = Provisional(os.path.join(into or out, "ids"), comm.threads, comm.rank)
     voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered)
     try:
         the_plan = memory_plan(comm, cfg, voc, paths, cap, stage)
@@ -449,7 +450,7 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
     text = dict(positions=voc.total, corpus_bytes=corpus_bytes(paths), threads=comm.threads, distinct=voc.distinct,
                 raw_tokens=voc.raw_words, block_distinct=voc.block_distinct,
                 passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON,
-                readers=most_readers(paths, comm.size, comm.threads))
+                readers=most_readers(paths, comm.size, comm.threads), one_pass=voc.provisional is not None)
     the_plan = memory.plan(voc.size, cfg, comm.size, owned=voc.most_owned, **text)
     for line in the_plan.describe(stage).splitlines():
         log(comm, f"plan: {line}")

@@ -839,9 +839,10 @@ int64_t hvd_w2v_counts_add_numbered(void* counts, const unsigned char* text, int
 // their hash owner), each to its table (part_of), on the counts' threads: the words hashed a share a thread,
 // then each thread adds those of its own table, so that no table is written by two. A thread asks for the slots
 // of its words some words ahead: on a flat vocabulary nearly every word is new, so nearly every add would
-// otherwise wait for memory.
+// otherwise wait for memory. ``numbers`` (or null): each word's provisional number here, as
+// hvd_w2v_counts_export gives it (several ranks' one pass: what a round's askers number their tokens by).
 void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const int64_t* lengths,
-                              const int64_t* values, int64_t n) {
+                              const int64_t* values, int64_t n, int64_t* numbers) {
   Counts& c = *static_cast<Counts*>(counts);
   const int64_t parts = c.tables.size();
   const std::vector<int64_t> start = starts(lengths, n);
@@ -858,7 +859,11 @@ void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const in
       if (parts > 1 && part_of(hash[i], parts) != t) continue;
       for (ahead = std::max(ahead, i + 1); ahead < n && ahead <= i + AHEAD * parts; ++ahead)
         if (parts == 1 || part_of(hash[ahead], parts) == t) table.prefetch(hash[ahead]);
-      table.at(words + start[i], static_cast<uint32_t>(lengths[i]), hash[i]) += values[i];
+      const uint32_t length = static_cast<uint32_t>(lengths[i]);
+      Table::Slot& slot = table.slot_of(words + start[i], length, hash[i],
+                                        length <= 8 ? inline_word(words + start[i], length) : 0, 0);
+      slot.value += values[i];
+      if (numbers) numbers[i] = provisional_number(t, parts, slot.number);
     }
   }
 }

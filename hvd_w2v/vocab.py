@@ -18,9 +18,11 @@ Memory per rank (8-byte words):
   more: :func:`partial_bytes` = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct
   tokens it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are
   counted, so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
-  and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's; there, with the
-  compiled passes, the count can also encode (:func:`build`'s ``numbered``): each token's number in its table
-  (4 B, written to disk beside the shard block by block) becomes its id once the ids are agreed.
+  and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's. With the
+  compiled passes the count can also encode (:func:`build`'s ``numbered``): each token's number in its table
+  (4 B, written to disk beside the shard block by block) becomes its id once the ids are agreed; on several
+  ranks the numbers of the owners' tables, which each round answers (:func:`_count_compiled`), at most PENDING
+  of them held between two rounds, and every owner's ids by number gathered on every rank at the end.
   The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
   three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
   bytes beside them, and a round's copies laid end to end (about 60 B a word), between two looks at the bound
@@ -43,6 +45,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,6 +70,9 @@ CHUNK_BYTES = 1 << 16
 # text_kernel.cc count_text), which one chunk a thread did not cover on 2 threads (hvd_w2v/bench/README.md,
 # "The count's parts on several ranks").
 THREAD_CHUNKS = 4
+# Several ranks' one pass (count's ``numbered``): the provisional numbers a rank holds between two rounds, at
+# most (a round comes sooner once they pass it): 4 B each, as many as a block has bytes at most.
+PENDING = 1 << 20
 # Bytes per word of the partial counts (96: the Counter) and of a round's copies above them (107: words
 # sorted by owner, lengths, the bytes sent and received, counts, the owner's new entries), 8-byte words, per
 # rank; measured with tracemalloc around vocab._flush on 2 and 4 ranks, 95,536 words per rank. The compiled
@@ -85,6 +91,13 @@ def partial_bytes(threads=1, compiled=True):
     words and a part's tokens (:func:`part_bytes` / 2) at PARTIAL_WORD_BYTES: 19 MiB with Python's loops, 38
     MiB on 1 thread compiled and 25 MiB more a thread, whatever the corpus."""
     return (FLUSH_WORDS + part_bytes(threads, compiled) // 2) * PARTIAL_WORD_BYTES
+
+
+def pending_bytes(threads=1):
+    """Upper bound of the one pass's numbers a rank of ``threads`` threads holds between two rounds (several
+    ranks, :func:`_count_compiled`): PENDING and a part's more, and the part's own buffer, 4 B each (a part's
+    numbers are at most its bytes + 1)."""
+    return 4 * (PENDING + 2 * (part_bytes(threads) + 1))
 
 
 def hash64(word):
@@ -327,15 +340,16 @@ def count(comm, pieces, error=None, reading=None, threads=1, limit=None, numbere
     rank, before each part of its text, as many more as the part before added (scaled by its bytes: a
     corpus's new words thin out as it goes on), or the part's tokens with Python's 64 KiB parts.
 
-    ``numbered`` (an encode.Provisional, or None): on one rank with the compiled passes, the encoding done in
-    the same pass: each block's stream in provisional numbers (native.Counts.add_numbered) written to it,
-    and the Counted's ``numbers`` set; elsewhere ignored (``numbers`` None).
+    ``numbered`` (an encode.Provisional, or None): with the compiled passes, the encoding done in the same
+    pass: each block's stream in provisional numbers (native.Counts.add_numbered; on several ranks as the
+    owners number the words: :func:`_count_compiled`) written to it, and the Counted's ``numbers`` set;
+    without them ignored (``numbers`` None).
     """
     lib = native.text_kernel()
     if lib is not None:
         if numbered is not None and comm.size == 1:
             return _count_numbered(lib, pieces, error, reading, threads, limit, numbered)
-        return _count_compiled(comm, lib, pieces, error, reading, threads, limit)
+        return _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered)
     owned, local = {}, Counter()
     # One rank owns every word: its partial counts are final, so it counts straight into them, with no rounds.
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
@@ -374,47 +388,85 @@ def _expected(held, added, after, size):
     return held + math.ceil(added * size / after)
 
 
-def _count_compiled(comm, lib, pieces, error, reading, threads, limit):
+def _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered=None):
     """:func:`count` with the compiled tables: the same rounds, the per-token work in text_kernel.cc on
     ``threads`` threads. A round's words travel laid end to end (uint8 and int64 arrays, no Python object per
-    word)."""
+    word).
+
+    ``numbered`` (encode.Provisional, or None), on several ranks: the encoding in the same pass. Each part's
+    tokens are numbered by the rank's partial tables (native.Counts.add_numbered), numbers that last until a
+    round empties them; so the round's owners answer each word they receive with its number in their own
+    tables, which last (native.Counts.add_words), and the rank rewrites the numbers held since the last round
+    as *handles*, owner number x P + owner rank, and writes them to ``numbered`` (:func:`_write_handles`). A
+    round also comes once those numbers pass PENDING, so that they stay bounded. The Counted's ``numbers`` are
+    the owned words' numbers, or None when a handle would pass int32 (the stream is then not usable)."""
     local = native.Counts(lib, threads)
     owned = local if comm.size == 1 else native.Counts(lib, threads)  # a round's words added on the threads
     bound = FLUSH_WORDS if comm.size > 1 else math.inf
     chunk = part_bytes(threads) if comm.size > 1 else None  # one rank: whole blocks, no bound to look at
     parts = iter(()) if error else _parts(pieces, chunk, reading, threads)
+    numbered = numbered if comm.size > 1 else None
+    pending, held, usable, out = [], 0, True, None  # (piece, numbers) since the last round, and their count
     raw, done = 0, error is not None
     added, after = 0, 1  # one rank: the words the last part added, and its bytes
     while True:
-        while not done and len(local) <= bound:
+        while not done and len(local) <= bound and held < PENDING:
             try:
                 part = next(parts, None)
             except UserError as e:
                 error, part = str(e), None
             if part is not None and limit and comm.size == 1:
-                _, start, end = part
-                error = limit(_expected(len(local), added, after, end - start))
+                error = limit(_expected(len(local), added, after, part.end - part.start))
             if part is None or error:
                 done = True
+            elif numbered is not None:
+                if out is None or len(out) < part.end - part.start + 1:
+                    out = np.empty(part.end - part.start + 1, np.int32)
+                tokens, stream = local.add_numbered(part.block, part.file_end, out, part.start, part.end)
+                raw += tokens
+                pending.append((part.piece, stream.copy()))
+                held += len(stream)
             else:
                 before = len(local)
-                raw += local.add_text(*part)
-                added, after = len(local) - before, max(part[2] - part[1], 1)
+                raw += local.add_text(part.block, part.start, part.end)
+                added, after = len(local) - before, max(part.end - part.start, 1)
         states = comm.allgather((done, error))  # one round: who is out of text, and any bad input
         errors = [e for _, e in states if e]
         if errors:
             raise UserError(errors[0])
         if comm.size > 1:
-            error = _flush_compiled(comm, local, owned, limit)
+            error, handles = _flush_compiled(comm, local, owned, limit, numbered is not None)
+            if numbered is not None and error is None:
+                usable, error = _write_handles(lib, pending, handles, numbered, usable)
+            pending, held = [], 0
             if error:
                 done = True
         if comm.size == 1 or all(d for d, _ in states):
             break
     if comm.size > 1:
-        comm.agree(error)  # a refusal in the last round (a memory limit's)
+        comm.agree(error)  # a refusal in the last round (a memory limit's), or the stream's write
     del local
+    if numbered is not None:  # the owned words' numbers, which the handles name
+        words, lengths, counts, _, _, numbers = owned.take(1, keep=False, hashed=False, numbered=True)
+        return Counted(counts, blob=words, lengths=lengths, lib=lib, numbers=numbers if usable else None), raw
     words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
     return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
+
+
+def _write_handles(lib, pending, handles, numbered, usable):
+    """Write the numbers held since the last round (``pending``: (piece, int32 numbers of the rank's partial
+    tables)) to ``numbered`` as the round's ``handles`` (int64, by number) name them: (whether the stream is
+    still usable, the write's error message or None). A handle past int32 makes it unusable: nothing more is
+    written (encode then reads the text again)."""
+    if not usable or (len(handles) and int(handles.max()) >= 2**31 - 1):
+        return False, None
+    handles = handles.astype(np.int32)
+    try:
+        for piece, stream in pending:
+            numbered.write(piece, native.remap(lib, stream, handles, -1))  # -1: a newline, kept as -1
+    except UserError as e:
+        return usable, str(e)
+    return usable, None
 
 
 def _count_numbered(lib, pieces, error, reading, threads, limit, numbered):
@@ -443,16 +495,29 @@ def _count_numbered(lib, pieces, error, reading, threads, limit, numbered):
     return Counted(values, blob=words, lengths=lengths, lib=lib, numbers=numbers), raw
 
 
-def _flush_compiled(comm, local, owned, limit=None):
-    """_flush with native.Counts: the words travel laid end to end (collective: one round)."""
-    words, lengths, counts, _, per_dest = local.take(comm.size)
+def _flush_compiled(comm, local, owned, limit=None, numbered=False):
+    """_flush with native.Counts: the words travel laid end to end (collective: one round). Returns (the
+    limit's refusal or None, handles or None). With ``numbered``, each owner answers every word it received
+    with its number in ``owned``, and the handles are int64 by the partial tables' numbers: a word's owner
+    number x ranks + owner rank (-1 for numbers no word has; all -1 on a refusal)."""
+    words, lengths, counts, _, per_dest, *numbers = local.take(comm.size, numbered=numbered)
     got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
     del words
-    got_counts, _ = comm.alltoallv(counts, per_dest)
+    got_counts, got = comm.alltoallv(counts, per_dest)
     refused = limit(len(owned) + len(got_lengths)) if limit else None
+    answers = None
     if not refused:
-        owned.add_words(got_words, got_lengths, got_counts)
-    return refused
+        answers = owned.add_words(got_words, got_lengths, got_counts, numbered)
+    if not numbered:
+        return refused, None
+    if answers is None:
+        answers = np.full(len(got_lengths), -1, np.int64)
+    # Back to the askers, in their order (the transpose of what they sent), as their words' handles.
+    answers, _ = comm.alltoallv(answers, got, recv_counts=per_dest)
+    numbers = numbers[0]
+    handles = np.full(int(numbers.max(initial=-1)) + 1, -1, np.int64)
+    handles[numbers] = np.where(answers < 0, -1, answers * comm.size + np.repeat(np.arange(comm.size), per_dest))
+    return refused, handles
 
 
 def _flush(comm, local, owned, limit=None):
@@ -493,15 +558,29 @@ def _chunks(pieces, chunk_bytes=None, reading=None):
             start = end
 
 
+class Part(NamedTuple):
+    """Text :func:`count` takes at a time: ``block[start:end]``, of piece ``piece``, the end of its file when
+    ``file_end`` (the block's last part, of a file's last block)."""
+
+    block: bytes
+    start: int
+    end: int
+    piece: int
+    file_end: bool
+
+
 def _parts(pieces, chunk_bytes, reading, threads):
-    """``(block, start, end)`` of the text of ``pieces``: corpus blocks, read and checked ahead
-    (corpus.read_ahead, on corpus.readers(pieces, threads) threads: several files' blocks interleaved, which
-    counts do not mind), cut at whitespace into parts of about ``chunk_bytes`` (None: whole blocks)."""
+    """The :class:`Part` s of the text of ``pieces``: corpus blocks, read and checked ahead (corpus.read_ahead,
+    on corpus.readers(pieces, threads) threads: several files' blocks interleaved, which counts do not mind,
+    and the one pass writes piece by piece), cut at whitespace into parts of about ``chunk_bytes`` (None:
+    whole blocks). An empty block at a file's end is a part of its own, for the file's end."""
     # The readers check each block (1 thread a block: a small share of the work) while the rank's threads
     # count the one before, rather than two teams of threads at once on the rank's cores.
-    for _, (block, _) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):  # any file order
+    for i, (block, file_end) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):
+        if not block and file_end:
+            yield Part(block, 0, 0, i, True)
         for start, end in cuts(block, chunk_bytes):
-            yield block, start, end
+            yield Part(block, start, end, i, file_end and end == len(block))
 
 
 def cuts(block, chunk_bytes):
@@ -522,8 +601,8 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
     cannot read a file or sees another size than rank 0 (corpus.check_shared), or when the counts a rank
     hash-owns outgrow ``limit`` (memory.CountingLimit, see :func:`count`).
 
-    ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (one rank,
-    compiled). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
+    ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (the compiled
+    passes). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
     a word not kept), which encode.encode turns into the id stream; else None. On any error ``numbered`` is
     emptied (nothing of the stream is left)."""
     try:
@@ -569,13 +648,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample, comm.threads)
     del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
-    provisional = None
-    if numbers is not None and numbers[1] > 2**31 - 1:  # past int32: the stream's numbers are not usable
-        numbered.remove()
-    elif numbers is not None:  # the id of each provisional number
-        ids = np.full(numbers[1], -1, np.int32)
-        ids[numbers[0]] = my_ids
-        provisional = (numbered, ids)
+    provisional = _provisional_ids(comm, numbered, numbers, my_ids) if numbered is not None else None
     numbers = None
 
     # Row owners get the strings and counts of their rows.
@@ -601,6 +674,28 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
     native.trim_heap()
     return voc
+
+
+def _provisional_ids(comm, numbered, numbers, my_ids):
+    """The one pass's (``numbered``, int32 id of each number its stream holds, -1 for a word not kept), or None
+    with ``numbered`` emptied where the stream is not usable on some rank (collective). ``numbers``: (the kept
+    words' numbers in this rank's owned tables, as many numbers as those tables gave), or None. On one rank the
+    stream holds those numbers; on several, handles, owner number x ranks + owner rank (:func:`count`), so
+    every rank gathers every owner's ids by number: 4 B a number of the corpus's distinct tokens."""
+    size = numbers[1] if numbers is not None else 2**31
+    sizes = comm.allgather(size) if comm.size > 1 else [size]
+    if max(sizes) * comm.size > 2**31 - 1:  # past int32 (or unusable on some rank): read the text again
+        numbered.remove()
+        return None
+    ids = np.full(size, -1, np.int32)
+    ids[numbers[0]] = my_ids
+    if comm.size > 1:  # every owner's ids to every rank (alltoallv as an allgatherv), interleaved by owner
+        got, _ = comm.alltoallv(np.tile(ids, comm.size), np.full(comm.size, size, np.int64))
+        ids = np.full((max(sizes), comm.size), -1, np.int32)
+        for r, part in enumerate(np.split(got, np.cumsum(sizes)[:-1])):
+            ids[:len(part), r] = part
+        ids = ids.ravel()
+    return numbered, ids
 
 
 def agree_ids(comm, counts, hashes, sample, threads=1):

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from conftest import launch
-from hvd_w2v import memory, vocab
+from hvd_w2v import encode, memory, vocab
 from hvd_w2v.corpus import most_readers
 from hvd_w2v.config import Config
 from hvd_w2v.errors import UserError
@@ -154,12 +154,18 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     assert two.owned_tokens == 2_000_000
     assert two.counting == memory.counting_bytes(2_000_000, 2, corpus_bytes=block)
     assert two.counting - two.owned == memory.counting_bytes(0, 2, corpus_bytes=block)
-    assert memory.counting_bytes(0, 2, corpus_bytes=block) == (vocab.partial_bytes(1) + 32 * 16
-                                                               + passes.count_read * memory.block_bytes(2, block))
+    assert memory.counting_bytes(0, 2, corpus_bytes=block) == (
+        vocab.partial_bytes(1) + vocab.pending_bytes(1) + 32 * 16 + passes.count_read * memory.block_bytes(2, block))
+    # There the one pass holds its numbers between two rounds, and once counted every owner's ids by number.
+    assert vocab.pending_bytes(1) == 4 * (vocab.PENDING + 2 * (vocab.part_bytes(1) + 1))
+    one_pass = [memory.plan(3_000_000, cfg, p, corpus_bytes=block, distinct=d, one_pass=True).encoding
+                for p, d in ((2, 3_000_000), (2, 4_000_000), (1, 4_000_000))]
+    assert one_pass[1] - one_pass[0] == passes.numbered_word * 1_000_000
+    assert one_pass[2] == memory.numbered_bytes(1, 4_000_000) == 4 * encode.Provisional.CHUNK  # a chunk at a time
     # The compiled count takes a part of text a thread between two rounds: its tokens are planned a thread too.
     more = memory.counting_bytes(0, 2, threads=3, corpus_bytes=block) - memory.counting_bytes(0, 2, corpus_bytes=block)
-    assert more == (vocab.partial_bytes(3) - vocab.partial_bytes(1) + 2 * passes.thread + memory.table_bytes(0, 3)
-                    - memory.table_bytes(0)) > 2 * passes.thread
+    assert more == (vocab.partial_bytes(3) - vocab.partial_bytes(1) + vocab.pending_bytes(3) - vocab.pending_bytes(1)
+                    + 2 * passes.thread + memory.table_bytes(0, 3) - memory.table_bytes(0)) > 2 * passes.thread
     assert memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000, owned=2_900_000).counting > \
         two.counting
     counted = [memory.plan(1_000_000, cfg, 1, distinct=d).counting for d in range(1_000_000, 9_000_000, 500_000)]

@@ -261,8 +261,10 @@ def test_read_ahead_reads_files_at_once_in_order_within_each_and_raises_the_firs
         assert all(g == w[:len(g)] for g, w in zip(got[k + 1:], want)), readers  # read ahead, then dropped
 
 
-# Three ranks, each running both paths in turn with rounds of a few words (every word travels to its owner in
-# many rounds) and blocks of 4 KiB; each rank compares its rows' words and counts, its lookup and its shard.
+# Three ranks, each running every path in turn with rounds of a few words (every word travels to its owner in
+# many rounds; the one pass's rounds also come after a few numbers) and blocks of 4 KiB: Python's, the compiled
+# two passes, the compiled one pass, and the one pass whose stream rank 1 finds unusable (every rank then reads
+# the text again). Each rank compares its rows' words and counts, its lookup and its shard.
 RANKS = """
 import hashlib, os, sys
 from mpi4py import MPI
@@ -272,17 +274,23 @@ from hvd_w2v.config import Config
 
 comm = Comm(MPI.COMM_WORLD, None, threads=2)
 paths, _ = corpus.files_of([sys.argv[1]])
-corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS, vocab.THREAD_CHUNKS = 4096, 1000, 64, 1
-kernel = native.text_kernel
+corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS, vocab.THREAD_CHUNKS, vocab.PENDING = 4096, 1000, 64, 1, 300
+kernel, write = native.text_kernel, vocab._write_handles
+unusable = lambda *a: (False, None) if comm.rank == 1 else write(*a)
 seen = []
-for compiled in (False, True):
-    native.text_kernel = kernel if compiled else (lambda: None)
-    folder = os.path.join(sys.argv[2], "compiled" if compiled else "python")
-    voc = vocab.build(comm, paths, Config(min_count=1), reading=False)
+for path in ("python", "compiled", "one pass", "unusable"):
+    native.text_kernel = (lambda: None) if path == "python" else kernel
+    vocab._write_handles = unusable if path == "unusable" else write
+    folder = os.path.join(sys.argv[2], path)
+    numbered = None
+    if path in ("one pass", "unusable"):
+        numbered = encode.Provisional(folder, corpus.readers(corpus.split(paths, 3)[comm.rank], 2), comm.rank)
+    voc = vocab.build(comm, paths, Config(min_count=1), reading=False, numbered=numbered)
+    assert (voc.provisional is not None) == (path == "one pass"), path
     encode.encode(comm, paths, voc, folder, reading=False)
     with open(os.path.join(folder, f"ids.{comm.rank:05d}.i32"), "rb") as f:
         seen.append((voc.row_words, voc.row_counts.tolist(), voc.lookup, hashlib.sha256(f.read()).hexdigest()))
-same = all(a == b for a, b in zip(*seen))
+same = all(s == seen[0] for s in seen)
 print(f"rank {comm.rank}: {'same' if same else 'DIFFERENT'}, {len(seen[0][0])} rows", flush=True)
 sys.exit(0 if same else 1)
 """
@@ -297,7 +305,9 @@ def test_compiled_passes_equal_python_on_three_ranks(lib, files, tmp_path):
     assert not result.hung and result.returncode == 0, result.output[-3000:]
     assert result.output.count(": same,") == 3, result.output[-3000:]
     one = b"".join((tmp_path / "python" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
-    assert one == b"".join((tmp_path / "compiled" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
+    for path in ("compiled", "one pass", "unusable"):
+        assert one == b"".join((tmp_path / path / f"ids.{r:05d}.i32").read_bytes() for r in range(3)), path
+        assert not [n for n in os.listdir(tmp_path / path) if n.startswith("numbers")], path  # none left
 
 
 def test_word_list_reads_as_the_list_of_its_words():

@@ -10,6 +10,7 @@
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
 """
+import os
 import resource
 import sys
 
@@ -120,7 +121,7 @@ def passes(argv):
     """Each phase of the text passes (`hvd-w2v encode`'s): the count's peak, vocab.build's, the words' resident
     set after it and the encoding's peak above that, beside the plan's counting, words and encoding (memory.py).
     Each peak is the high-water mark above the resident set before the phase (reset through clear_refs)."""
-    from hvd_w2v import cli, corpus, memory, native, pipeline, vocab
+    from hvd_w2v import cli, corpus, encode, memory, native, pipeline, vocab
 
     args = cli.parser().parse_args(["encode", *argv])
     cfg = cli.config_from(args)
@@ -136,8 +137,12 @@ def passes(argv):
     count_words, vocab.count = vocab.count, count
     reset_peak()
     start = status_bytes("VmRSS")
-    voc = vocab.build(comm, paths, cfg, reading=False)
+    numbered = None  # the encoding in the same pass, as `hvd-w2v encode` (pipeline.vocabulary)
+    if native.text_kernel() is not None:
+        numbered = encode.Provisional(os.path.join(args.out, "ids"), comm.threads, comm.rank)
+    voc = vocab.build(comm, paths, cfg, reading=False, numbered=numbered)
     vocab.count = count_words
+    one_pass = voc.provisional is not None
     build, words = status_bytes("VmHWM") - start, status_bytes("VmRSS") - start
     reset_peak()
     before = status_bytes("VmRSS")
@@ -148,7 +153,8 @@ def passes(argv):
     planned = memory.plan(voc.size, cfg, comm.size, voc.total, pipeline.corpus_bytes(paths), threads=comm.threads,
                           distinct=voc.distinct, raw_tokens=voc.raw_words, owned=counted["owned"],
                           block_distinct=voc.block_distinct, passes=passes,
-                          readers=corpus.most_readers(paths, comm.size, comm.threads))  # this rank's owned tokens
+                          readers=corpus.most_readers(paths, comm.size, comm.threads),
+                          one_pass=one_pass)  # this rank's owned tokens
     mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
     print(f"rank {comm.rank} of {comm.size}, {comm.threads} thread(s), {'compiled' if passes.tables else 'Python'}: "
           f"{counted['owned']:,} distinct tokens hash-owned, {rows:,} words; measured (planned) MiB: counting "

@@ -120,6 +120,7 @@ def one(corpus, mode, threads, min_count):
         numbered = (encode.Provisional(folder, text.readers(text.split(paths, 1)[0], threads))
                     if mode.startswith("compiled") else None)
         voc = vocab.build(alone, paths, Config(min_count=min_count), reading=False, numbered=numbered)
+        one_pass = voc.provisional is not None
         t1 = time.perf_counter()
         encode.encode(alone, paths, voc, folder, reading=False)
         t2 = time.perf_counter()
@@ -128,7 +129,7 @@ def one(corpus, mode, threads, min_count):
     planned = memory.plan(voc.size, Config(min_count=min_count), 1, voc.total, pipeline.corpus_bytes(paths),
                           threads=threads, readers=readers, distinct=voc.distinct, raw_tokens=voc.raw_words,
                           owned=voc.most_owned, block_distinct=voc.block_distinct,
-                          passes=memory.PYTHON if mode == "python" else memory.COMPILED).passes
+                          passes=memory.PYTHON if mode == "python" else memory.COMPILED, one_pass=one_pass).passes
     print(f"count {t1 - t0:.3f} kernel {kernel[0]:.3f} encode {t2 - t1:.3f} cpu {_cpu() - cpu:.3f} "
           f"peak {(_status('VmHWM') - before) / 2**20:.1f} planned {planned / 2**20:.1f} words {voc.size}", flush=True)
 
