@@ -558,7 +558,7 @@ def _chunks(pieces, chunk_bytes=None, reading=None):
             start = end
 
 
-class Part(NamedTuple):
+class TextPart(NamedTuple):
     """Text :func:`count` takes at a time: ``block[start:end]``, of piece ``piece``, the end of its file when
     ``file_end`` (the block's last part, of a file's last block)."""
 
@@ -570,7 +570,7 @@ class Part(NamedTuple):
 
 
 def _parts(pieces, chunk_bytes, reading, threads):
-    """The :class:`Part` s of the text of ``pieces``: corpus blocks, read and checked ahead (corpus.read_ahead,
+    """The :class:`TextPart` s of the text of ``pieces``: corpus blocks, read and checked ahead (corpus.read_ahead,
     on corpus.readers(pieces, threads) threads: several files' blocks interleaved, which counts do not mind,
     and the one pass writes piece by piece), cut at whitespace into parts of about ``chunk_bytes`` (None:
     whole blocks). An empty block at a file's end is a part of its own, for the file's end."""
@@ -578,9 +578,9 @@ def _parts(pieces, chunk_bytes, reading, threads):
     # count the one before, rather than two teams of threads at once on the rank's cores.
     for i, (block, file_end) in corpus.read_ahead(pieces, corpus.readers(pieces, threads), reading):
         if not block and file_end:
-            yield Part(block, 0, 0, i, True)
+            yield TextPart(block, 0, 0, i, True)
         for start, end in cuts(block, chunk_bytes):
-            yield Part(block, start, end, i, file_end and end == len(block))
+            yield TextPart(block, start, end, i, file_end and end == len(block))
 
 
 def cuts(block, chunk_bytes):
