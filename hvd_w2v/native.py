@@ -530,7 +530,7 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32], I64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64, P], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
-                  "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P], None),
+                  "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P, I64], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
                   "hvd_w2v_count_order": ([P, P, I64, P, I64], None),
                   "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
@@ -686,10 +686,11 @@ class Counts:
         """Distinct words summed over the threads' tables."""
         return self.lib.hvd_w2v_counts_size(self.handle)
 
-    def take(self, ranks, keep=True, hashed=True, numbered=False):
+    def take(self, ranks, keep=True, hashed=True, numbered=False, quick=False):
         """The counts ordered by hash owner among ``ranks``, as (words uint8, lengths int64, counts int64,
         hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``).
-        Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner). ``numbered``: and
+        Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner). ``quick``: by the
+        owner of the tables' quick hash instead, no BLAKE2b (``hashes`` the quick hashes). ``numbered``: and
         each word's provisional number (int64, :meth:`add_numbered`'s) after them."""
         size = ctypes.c_int64()
         n = self.lib.hvd_w2v_counts_sizes(self.handle, ctypes.byref(size))
@@ -698,7 +699,8 @@ class Counts:
         numbers = np.empty(n, np.int64) if numbered else None
         self.lib.hvd_w2v_counts_export(self.handle, ranks, self.threads, words.ctypes.data, lengths.ctypes.data,
                                        counts.ctypes.data, hashes.ctypes.data if hashed else None,
-                                       per_dest.ctypes.data, int(keep), numbers.ctypes.data if numbered else None)
+                                       per_dest.ctypes.data, int(keep), numbers.ctypes.data if numbered else None,
+                                       int(quick))
         return (words, lengths, counts, hashes, per_dest) + ((numbers,) if numbered else ())
 
     def __del__(self):

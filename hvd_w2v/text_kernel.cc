@@ -6,7 +6,8 @@
 //   hvd_w2v_check_text: the first NUL byte, else the first byte that is not valid UTF-8 (the offset Python's
 //     strict decoder reports: where the longest valid prefix ends).
 //   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
-//     that a round exports ordered by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest);
+//     that a round exports ordered by the owner of the tables' quick hash (vocab.hash_owner's ranges of it),
+//     or by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest);
 //     on one rank a block's tokens can also be numbered as they are counted (hvd_w2v_counts_add_numbered),
 //     numbers that hvd_w2v_remap turns into ids once the vocabulary is known: the encoding in the same pass.
 //   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
@@ -885,13 +886,20 @@ int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
 // The words ordered by hash owner among ``ranks`` (within an owner, table by table, each in the order of its
 // slots): their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to each rank
 // (``per_dest`` int64[ranks]); ``hashes`` null: all to rank 0, unhashed (one rank: its words below min_count
-// need none); ``numbers`` (or null): each word's provisional number (hvd_w2v_counts_add_numbered). Then
+// need none); ``quick``: ordered by the owner of each word's quick hash instead (hash_owner of the slot's
+// hash, no BLAKE2b: a round's, whose owners pass the kept words on to their hash owners once counted; ``hashes``
+// then get the quick hashes); ``numbers`` (or null): each word's provisional number (hvd_w2v_counts_add_numbered). Then
 // empties the counts, keeping their memory when ``keep`` (a round follows), else returning it. On ``threads``
 // threads, a table each: each lists its table's words, hashes them and counts them by owner; once those
 // counts give every table's place in each owner's range, each copies its words there and empties its table.
 void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigned char* words, int64_t* lengths,
-                           int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep, int64_t* numbers) {
+                           int64_t* values, uint64_t* hashes, int64_t* per_dest, int64_t keep, int64_t* numbers,
+                           int64_t quick) {
   Counts& c = *static_cast<Counts*>(counts);
+  const bool blake = hashes && !quick;  // BLAKE2b's owners, else the quick hash's (or all to rank 0)
+  auto owner = [&](const std::vector<uint64_t>& h, const Table::Slot& s, size_t i) -> int64_t {
+    return blake ? hash_owner(h[i], ranks) : quick ? hash_owner(s.hash, ranks) : 0;
+  };
   auto& tables = c.tables;
   const int64_t parts = tables.size();
   std::vector<std::vector<const Table::Slot*>> slot(parts);
@@ -905,7 +913,7 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
       auto& mine = slot[t];
       mine.reserve(table.size());
       table.for_each([&](const Table::Slot& s) { mine.push_back(&s); });
-      if (hashes) {
+      if (blake) {
         h[t].resize(mine.size());
         hash_all(mine.size(), [&](int64_t i) {
           return std::pair<const unsigned char*, uint64_t>(table.word(*mine[i]), mine[i]->length);
@@ -913,7 +921,7 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
       }
       std::vector<int64_t> n(ranks, 0), bytes(ranks, 0);  // by owner; its own: the tables' rows share lines
       for (size_t i = 0; i < mine.size(); ++i) {
-        const int64_t r = hashes ? hash_owner(h[t][i], ranks) : 0;
+        const int64_t r = owner(h[t], *mine[i], i);
         ++n[r];
         bytes[r] += mine[i]->length;
       }
@@ -939,10 +947,10 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
       std::vector<int64_t> at(byte_start.begin() + t * ranks, byte_start.begin() + (t + 1) * ranks);
       for (size_t i = 0; i < mine.size(); ++i) {
         const Table::Slot& s = *mine[i];
-        const int64_t r = hashes ? hash_owner(h[t][i], ranks) : 0, k = next[r]++;
+        const int64_t r = owner(h[t], s, i), k = next[r]++;
         lengths[k] = s.length;
         values[k] = s.value;
-        if (hashes) hashes[k] = h[t][i];
+        if (hashes) hashes[k] = blake ? h[t][i] : s.hash;
         if (numbers) numbers[k] = provisional_number(t, parts, s.number);
         std::memcpy(words + at[r], tables[t].word(s), s.length);
         at[r] += s.length;

@@ -3,8 +3,10 @@
 1. Each rank counts the tokens of its own byte range (corpus.split) chunk by chunk into a *partial* Counter.
    Whenever that Counter holds more than FLUSH_WORDS distinct words (or the rank's text is over), the rank
    joins a *round*: every rank sends its partial counts to each word's *hash owner* (:func:`hash_owner`:
-   ranks own ranges of ``hash64(word)``), which adds them to its own counts, and empties its partial Counter. Rounds are collective: a rank whose
-   text is over still takes part (sending nothing) until all ranks' text is over.
+   ranks own ranges of ``hash64(word)``), which adds them to its own counts, and empties its partial Counter.
+   Rounds are collective: a rank whose text is over still takes part (sending nothing) until all ranks' text
+   is over. (The compiled rounds send each word to the owner of its tables' quick hash instead, which costs
+   no BLAKE2b a round, and the counting owners move the words they keep to their hash owners once, in step 2.)
 2. Hash owners, holding the corpus counts of their words, apply ``min_count`` and ``max_vocab_size``.
 3. A global frequency rank (the word's *id*) is agreed: ids sort by count, descending, ties by hash64, so the
    ids do not depend on the rank count; only histograms of counts travel (:func:`agree_ids`). Hash owners
@@ -223,10 +225,13 @@ class Counted:
     """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words, laid end
     to end, only for those kept (:meth:`kept`), so that no Python object is made for a word below min_count."""
 
-    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None, numbers=None):
+    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None, numbers=None, quick=False):
         self.counts = counts
         self._words, self._blob, self._lengths, self.lib = words, blob, lengths, lib
         self.numbers = numbers  # int64[n]: each word's provisional number (count's ``numbered``), or None
+        # Counted by the owner of the compiled tables' quick hash (several ranks' rounds), not the hash owner:
+        # the kept words then move to their hash owners (build's _to_hash_owners)
+        self.quick = quick
 
     @classmethod
     def of(cls, owned):
@@ -446,11 +451,13 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered=
     if comm.size > 1:
         comm.agree(error)  # a refusal in the last round (a memory limit's), or the stream's write
     del local
+    quick = comm.size > 1  # the rounds' owners: by the tables' quick hash (Counted.quick)
     if numbered is not None:  # the owned words' numbers, which the handles name
         words, lengths, counts, _, _, numbers = owned.take(1, keep=False, hashed=False, numbered=True)
-        return Counted(counts, blob=words, lengths=lengths, lib=lib, numbers=numbers if usable else None), raw
+        return Counted(counts, blob=words, lengths=lengths, lib=lib, numbers=numbers if usable else None,
+                       quick=quick), raw
     words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
-    return Counted(counts, blob=words, lengths=lengths, lib=lib), raw
+    return Counted(counts, blob=words, lengths=lengths, lib=lib, quick=quick), raw
 
 
 def _write_handles(lib, pending, handles, numbered, usable):
@@ -500,7 +507,7 @@ def _flush_compiled(comm, local, owned, limit=None, numbered=False):
     limit's refusal or None, handles or None). With ``numbered``, each owner answers every word it received
     with its number in ``owned``, and the handles are int64 by the partial tables' numbers: a word's owner
     number x ranks + owner rank (-1 for numbers no word has; all -1 on a refusal)."""
-    words, lengths, counts, _, per_dest, *numbers = local.take(comm.size, numbered=numbered)
+    words, lengths, counts, _, per_dest, *numbers = local.take(comm.size, numbered=numbered, quick=True)
     got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
     del words
     got_counts, got = comm.alltoallv(counts, per_dest)
@@ -640,6 +647,9 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     hashes = tally.hashes(words, lengths, comm.threads)
     # One pass (count's ``numbered``): the kept words' provisional numbers, and how many numbers there are.
     numbers = None if tally.numbers is None else (tally.numbers[keep], int(tally.numbers.max(initial=-1)) + 1)
+    moved = None
+    if tally.quick:  # counted by quick-hash owners: the kept words to their hash owners, as agree_ids takes them
+        moved, (words, lengths, counts, hashes) = _to_hash_owners(comm, words, lengths, counts, hashes)
     del tally, keep
     size = comm.allreduce(len(lengths))
     if size < comm.size:
@@ -648,8 +658,12 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample, comm.threads)
     del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
-    provisional = _provisional_ids(comm, numbered, numbers, my_ids) if numbered is not None else None
-    numbers = None
+    if numbered is not None:  # the numbers are the counting owners': their words' ids go back to them
+        counted_ids = my_ids if moved is None else moved(my_ids)
+        provisional = _provisional_ids(comm, numbered, numbers, counted_ids)
+    else:
+        provisional = None
+    numbers = moved = None
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
@@ -674,6 +688,28 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
     native.trim_heap()
     return voc
+
+
+def _to_hash_owners(comm, words, lengths, counts, hashes):
+    """Move the kept words (laid end to end), their counts and hash64s from the ranks that counted them to
+    their hash owners (:func:`hash_owner`), in one round (collective). Returns (a function that takes the
+    hash owners' values of the words they received, such as their ids, back to the counting ranks in their
+    words' order; the received words, lengths, counts and hashes)."""
+    owner = hash_owner(hashes, comm.size)
+    order = np.argsort(owner, kind="stable")
+    per_dest = np.bincount(owner, minlength=comm.size)
+    del owner
+    got_words, got_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
+    got_counts, got = comm.alltoallv(counts[order], per_dest)
+    got_hashes, _ = comm.alltoallv(hashes[order], per_dest, recv_counts=got)
+
+    def back(values):
+        answers, _ = comm.alltoallv(values, got, recv_counts=per_dest)
+        out = np.empty_like(answers)
+        out[order] = answers
+        return out
+
+    return back, (got_words, got_lengths, got_counts, got_hashes)
 
 
 def _provisional_ids(comm, numbered, numbers, my_ids):
