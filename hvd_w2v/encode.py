@@ -81,7 +81,7 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
             if apart is not None and block is not None:
                 apart.write(i, arr)
             else:
-                arr.tofile(f)
+                write_array(f, arr)
         except OSError as e:
             error = f"cannot write {path}.tmp on {where}: {e.strerror or e}"  # shared at the next round
         written += len(arr)
@@ -134,6 +134,13 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
     return stream
 
 
+def write_array(f, arr):
+    """Append the bytes of ``arr`` (C-contiguous) to the binary file ``f``, without a copy. Through the file's
+    own write, so that a full disk raises the OS's error ("No space left on device"), where numpy's tofile
+    says only how many bytes it wrote."""
+    f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+
+
 class PieceIds:
     """A rank's ids kept piece by piece where its pieces are read several at once (corpus.read_ahead on
     ``readers`` readers, their blocks interleaved): each piece's ids go to a file of their own beside the
@@ -157,7 +164,7 @@ class PieceIds:
             f = open(self.name(i), "ab" if i in self.made else "wb")
             self.made.add(i)
         self.open[i] = f
-        ids.tofile(f)
+        write_array(f, ids)
 
     def join(self, out):
         """Append every piece's ids to the open file ``out``, in piece order, removing the piece files."""

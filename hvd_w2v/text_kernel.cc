@@ -6,8 +6,8 @@
 //   hvd_w2v_check_text: the first NUL byte, else the first byte that is not valid UTF-8 (the offset Python's
 //     strict decoder reports: where the longest valid prefix ends).
 //   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
-//     that a round exports ordered by the owner of the tables' quick hash (vocab.hash_owner's ranges of it),
-//     or by hash owner (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest);
+//     that a round exports ordered by the owner of the tables' quick hash (quick_owner), or by hash owner
+//     (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest);
 //     on one rank a block's tokens can also be numbered as they are counted (hvd_w2v_counts_add_numbered),
 //     numbers that hvd_w2v_remap turns into ids once the vocabulary is known: the encoding in the same pass.
 //   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
@@ -672,6 +672,13 @@ inline int64_t part_of(uint64_t h, int64_t parts) {
   return static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(parts)) >> 32);
 }
 
+// The rank that counts the word of quick hash ``h`` among ``ranks`` in the rounds (hvd_w2v_counts_export's
+// ``quick``): ranges of its low 32 bits, so that a rank's words still spread over its threads' tables, which
+// part_of gives ranges of the high 32 bits (ranges of those would put all of a rank's words in one table).
+inline int64_t quick_owner(uint64_t h, int64_t ranks) {
+  return static_cast<int64_t>(((h & 0xffffffffULL) * static_cast<uint64_t>(ranks)) >> 32);
+}
+
 // The provisional number of the word in slot number ``number`` of table ``table`` of ``parts``: what the one
 // pass writes for each token (count_text) and the export gives each word (hvd_w2v_counts_export).
 inline int64_t provisional_number(int64_t table, int64_t parts, int64_t number) { return table + parts * number; }
@@ -886,9 +893,10 @@ int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
 // The words ordered by hash owner among ``ranks`` (within an owner, table by table, each in the order of its
 // slots): their bytes end to end, lengths, counts, hashes (vocab.hash64) and how many go to each rank
 // (``per_dest`` int64[ranks]); ``hashes`` null: all to rank 0, unhashed (one rank: its words below min_count
-// need none); ``quick``: ordered by the owner of each word's quick hash instead (hash_owner of the slot's
-// hash, no BLAKE2b: a round's, whose owners pass the kept words on to their hash owners once counted; ``hashes``
-// then get the quick hashes); ``numbers`` (or null): each word's provisional number (hvd_w2v_counts_add_numbered). Then
+// need none); ``quick``: ordered by the owner of each word's quick hash instead (quick_owner of the slot's
+// hash, no BLAKE2b: a round's, whose owners pass the kept words on to their hash owners once counted;
+// ``hashes`` then get the quick hashes); ``numbers`` (or null): each word's provisional number
+// (hvd_w2v_counts_add_numbered). Then
 // empties the counts, keeping their memory when ``keep`` (a round follows), else returning it. On ``threads``
 // threads, a table each: each lists its table's words, hashes them and counts them by owner; once those
 // counts give every table's place in each owner's range, each copies its words there and empties its table.
@@ -898,7 +906,7 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
   Counts& c = *static_cast<Counts*>(counts);
   const bool blake = hashes && !quick;  // BLAKE2b's owners, else the quick hash's (or all to rank 0)
   auto owner = [&](const std::vector<uint64_t>& h, const Table::Slot& s, size_t i) -> int64_t {
-    return blake ? hash_owner(h[i], ranks) : quick ? hash_owner(s.hash, ranks) : 0;
+    return blake ? hash_owner(h[i], ranks) : quick ? quick_owner(s.hash, ranks) : 0;
   };
   auto& tables = c.tables;
   const int64_t parts = tables.size();

@@ -287,6 +287,9 @@ for path in ("python", "compiled", "one pass", "unusable"):
         numbered = encode.Provisional(folder, corpus.readers(corpus.split(paths, 3)[comm.rank], 2), comm.rank)
     voc = vocab.build(comm, paths, Config(min_count=1), reading=False, numbered=numbered)
     assert (voc.provisional is not None) == (path == "one pass"), path
+    if path == "one pass":  # the counting owners' threads shared their words: about a number a distinct token
+        print(f"rank {comm.rank}: {len(voc.provisional[1]) / voc.distinct:.2f} numbers a distinct token", flush=True)
+        assert len(voc.provisional[1]) < 1.5 * voc.distinct, (len(voc.provisional[1]), voc.distinct)
     encode.encode(comm, paths, voc, folder, reading=False)
     with open(os.path.join(folder, f"ids.{comm.rank:05d}.i32"), "rb") as f:
         seen.append((voc.row_words, voc.row_counts.tolist(), voc.lookup, hashlib.sha256(f.read()).hexdigest()))
