@@ -104,8 +104,9 @@ COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_wor
 #   corpus before) and 54 B a word (the dict's last growth, and the lists it is made from).
 # - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
 # - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
+# - thread, reader: 0: Python's passes run on one thread, whatever the rank's, reading too.
 PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, numbered_word=0, owned_word=100, lookup_word=54,
-                    asked_word=82, word=59 + 144, thread=0, reader=0, tables=False)  # one thread, whatever the rank's, reading too
+                    asked_word=82, word=59 + 144, thread=0, reader=0, tables=False)
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
 # a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
