@@ -335,9 +335,10 @@ def count(comm, pieces, error=None, reading=None, threads=1, limit=None, numbere
     Returns ``(Counted, tokens read by this rank)``. ``error``: this rank's bad-input message found before
     counting (it then reads nothing). ``reading``: a progress.Reading told how far the text is read (rank
     0's). ``threads``: the rank's threads, for the compiled passes (text_kernel.cc); without them Python's
-    loops count on one thread, the same counts. Raises UserError on every rank, at the first round after any
-    rank meets bad input, with the lowest rank's message (Comm.agree). Memory: see the module docstring; the
-    partial counts never exceed FLUSH_WORDS words plus one chunk's.
+    loops count on one thread, the same counts (on every rank, where any rank lacks the compiled passes).
+    Raises UserError on every rank, at the first round after any rank meets bad input, with the lowest rank's
+    message (Comm.agree). Memory: see the module docstring; the partial counts never exceed FLUSH_WORDS words
+    plus one chunk's.
 
     ``limit`` (memory.CountingLimit, or None): asked, before the counts this rank owns take more words, how
     many distinct tokens it may own (its refusal or None); a refusal stops the count as bad input does, before
@@ -351,6 +352,8 @@ def count(comm, pieces, error=None, reading=None, threads=1, limit=None, numbere
     without them ignored (``numbers`` None).
     """
     lib = native.text_kernel()
+    if comm.size > 1 and not all(comm.allgather(lib is not None)):
+        lib = None  # one path on every rank: the compiled rounds have owners and collectives of their own
     if lib is not None:
         if numbered is not None and comm.size == 1:
             return _count_numbered(lib, pieces, error, reading, threads, limit, numbered)

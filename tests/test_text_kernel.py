@@ -263,8 +263,9 @@ def test_read_ahead_reads_files_at_once_in_order_within_each_and_raises_the_firs
 
 # Three ranks, each running every path in turn with rounds of a few words (every word travels to its owner in
 # many rounds; the one pass's rounds also come after a few numbers) and blocks of 4 KiB: Python's, the compiled
-# two passes, the compiled one pass, and the one pass whose stream rank 1 finds unusable (every rank then reads
-# the text again). Each rank compares its rows' words and counts, its lookup and its shard.
+# two passes, the compiled one pass, the one pass whose stream rank 1 finds unusable (every rank then reads
+# the text again), and the one pass where rank 2 lacks the compiled passes (every rank then counts in Python).
+# Each rank compares its rows' words and counts, its lookup and its shard.
 RANKS = """
 import hashlib, os, sys
 from mpi4py import MPI
@@ -278,12 +279,13 @@ corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS, vocab.THREAD_CHUNKS, v
 kernel, write = native.text_kernel, vocab._write_handles
 unusable = lambda *a: (False, None) if comm.rank == 1 else write(*a)
 seen = []
-for path in ("python", "compiled", "one pass", "unusable"):
-    native.text_kernel = (lambda: None) if path == "python" else kernel
+for path in ("python", "compiled", "one pass", "unusable", "mixed"):
+    python = path == "python" or (path == "mixed" and comm.rank == 2)
+    native.text_kernel = (lambda: None) if python else kernel
     vocab._write_handles = unusable if path == "unusable" else write
     folder = os.path.join(sys.argv[2], path)
     numbered = None
-    if path in ("one pass", "unusable"):
+    if path in ("one pass", "unusable", "mixed"):
         numbered = encode.Provisional(folder, corpus.readers(corpus.split(paths, 3)[comm.rank], 2), comm.rank)
     voc = vocab.build(comm, paths, Config(min_count=1), reading=False, numbered=numbered)
     assert (voc.provisional is not None) == (path == "one pass"), path
@@ -308,7 +310,7 @@ def test_compiled_passes_equal_python_on_three_ranks(lib, files, tmp_path):
     assert not result.hung and result.returncode == 0, result.output[-3000:]
     assert result.output.count(": same,") == 3, result.output[-3000:]
     one = b"".join((tmp_path / "python" / f"ids.{r:05d}.i32").read_bytes() for r in range(3))
-    for path in ("compiled", "one pass", "unusable"):
+    for path in ("compiled", "one pass", "unusable", "mixed"):
         assert one == b"".join((tmp_path / path / f"ids.{r:05d}.i32").read_bytes() for r in range(3)), path
         assert not [n for n in os.listdir(tmp_path / path) if n.startswith("numbers")], path  # none left
 
