@@ -173,6 +173,17 @@ class Comm:
         return out
 
     @_collective
+    def allgatherv(self, array, counts):
+        """Every rank's 1-D ``array`` laid end to end in rank order, ``counts[r]`` items from rank ``r`` (known
+        to every rank: an allgather of them first where they are not)."""
+        array = np.ascontiguousarray(array)
+        if self.size == 1:
+            return array
+        out = np.empty(int(np.sum(counts)), array.dtype)
+        self.mpi.Allgatherv(array, _spec(out, counts))
+        return out
+
+    @_collective
     def allgather(self, obj):
         """A small picklable value from every rank, as a list in rank order."""
         return self.mpi.allgather(obj)

@@ -670,13 +670,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
-    owner = plan.owner(my_ids)
-    order = np.argsort(owner, kind="stable")
-    per_dest = np.bincount(owner, minlength=comm.size)
-    del owner
-    row_words, row_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
-    row_ids, _ = comm.alltoallv(my_ids[order], per_dest)
-    del order
+    _, _, _, row_words, row_lengths, (row_ids,) = _to_owners(comm, plan.owner(my_ids), words, lengths, my_ids)
     by_row = np.empty(len(row_ids), np.int64)  # each local row receives one word: the inverse permutation
     by_row[plan.local_row(row_ids)] = np.arange(len(row_ids))
     del row_ids
@@ -698,13 +692,8 @@ def _to_hash_owners(comm, words, lengths, counts, hashes):
     their hash owners (:func:`hash_owner`), in one round (collective). Returns (a function that takes the
     hash owners' values of the words they received, such as their ids, back to the counting ranks in their
     words' order; the received words, lengths, counts and hashes)."""
-    owner = hash_owner(hashes, comm.size)
-    order = np.argsort(owner, kind="stable")
-    per_dest = np.bincount(owner, minlength=comm.size)
-    del owner
-    got_words, got_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
-    got_counts, got = comm.alltoallv(counts[order], per_dest)
-    got_hashes, _ = comm.alltoallv(hashes[order], per_dest, recv_counts=got)
+    order, per_dest, got, got_words, got_lengths, (got_counts, got_hashes) = _to_owners(
+        comm, hash_owner(hashes, comm.size), words, lengths, counts, hashes)
 
     def back(values):
         answers, _ = comm.alltoallv(values, got, recv_counts=per_dest)
@@ -713,6 +702,21 @@ def _to_hash_owners(comm, words, lengths, counts, hashes):
         return out
 
     return back, (got_words, got_lengths, got_counts, got_hashes)
+
+
+def _to_owners(comm, owner, words, lengths, *values):
+    """Send each word (laid end to end) and its item of each of ``values`` (at least one) to rank ``owner`` (int
+    array, a rank a word), in one round (collective). Returns (the words' order by owner, how many go to each
+    rank, how many came from each, the words received and their lengths, the list of each of ``values``
+    received), in rank order of sender."""
+    order = np.argsort(owner, kind="stable")
+    per_dest = np.bincount(owner, minlength=comm.size)
+    got_words, got_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
+    received, got = [], None
+    for v in values:
+        part, got = comm.alltoallv(v[order], per_dest, recv_counts=got)
+        received.append(part)
+    return order, per_dest, got, got_words, got_lengths, received
 
 
 def _provisional_ids(comm, numbered, numbers, my_ids):
@@ -728,8 +732,8 @@ def _provisional_ids(comm, numbered, numbers, my_ids):
         return None
     ids = np.full(size, -1, np.int32)
     ids[numbers[0]] = my_ids
-    if comm.size > 1:  # every owner's ids to every rank (alltoallv as an allgatherv), interleaved by owner
-        got, _ = comm.alltoallv(np.tile(ids, comm.size), np.full(comm.size, size, np.int64))
+    if comm.size > 1:  # every owner's ids to every rank, interleaved by owner
+        got = comm.allgatherv(ids, sizes)
         ids = np.full((max(sizes), comm.size), -1, np.int32)
         for r, part in enumerate(np.split(got, np.cumsum(sizes)[:-1])):
             ids[:len(part), r] = part
