@@ -7,7 +7,7 @@
 //   hvd_w2v_build_ranges: the same over several ranges at once (localsgd's shards), a range a thread.
 //   hvd_w2v_step_plan: training.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
 //     owner (within an owner, by a class of keys that splits the work over the threads), each example's slots
-//     in that table, and the SGD-update count of each row.
+//     in that table, and the SGD-update count of each row (shard-local SGD's: the shards that touch it).
 // tests/test_batches.py holds both to numpy. Called through ctypes by hvd_w2v/native.py, which checks the
 // arrays first; built there with g++ (-ffp-contract=off: no fused multiply-adds, which round differently).
 #include <omp.h>
@@ -195,18 +195,29 @@ inline int64_t id_class(int64_t id) { return id & (KEY_CLASSES - 1); }
 // each cell's keys go next in the table (``next``). All of it the thread's own, so that none writes a cache
 // line of another's.
 struct ClassKeys {
-  ClassKeys(int64_t expected, int team) : number(expected), numbered(team) {}
+  ClassKeys(int64_t expected, int team, bool by_shard) : number(expected), numbered(team), by_shard(by_shard) {}
   KeyNumbers number;
   std::vector<std::vector<int32_t>> numbered;
   std::vector<double> weight;
   std::vector<int64_t> cell, next;
   std::vector<int32_t> slot;
+  const bool by_shard;  // ``weight`` counts the shards that touch a key, not its SGD updates
+  std::vector<int32_t> last;  // with by_shard: the last shard that touched each number
 
-  // Numbers ``key``, a sight of range ``range`` giving its row ``updates`` SGD updates.
-  void see(int64_t key, int32_t updates, int range) {
+  // Numbers ``key``, a sight of range ``range`` of ``value``: the SGD updates it gives its row, or with
+  // by_shard the shard whose centre it is (a range's sights come in centre order, so in shard order).
+  void see(int64_t key, int32_t value, int range) {
     const int64_t g = number(key);
-    if (g == static_cast<int64_t>(weight.size())) weight.push_back(0.0);
-    weight[g] += updates;
+    if (g == static_cast<int64_t>(weight.size())) {
+      weight.push_back(0.0);
+      if (by_shard) last.push_back(-1);
+    }
+    if (!by_shard) {
+      weight[g] += value;
+    } else if (last[g] != value) {
+      last[g] = value;
+      weight[g] += 1;
+    }
     numbered[range].push_back(static_cast<int32_t>(g));
   }
 };
@@ -234,14 +245,33 @@ void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64
   }
 }
 
+// for_each_sight with, in place of the SGD updates, the number of the shard whose centre it is, where
+// ``shards`` (>= 1) shards own the centres [bounds[s], bounds[s + 1]) (bounds[0] = 0, bounds[shards] = the
+// centres' count); with no shards, for_each_sight.
+template <class Visit>
+void for_each_valued_sight(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo,
+                           int64_t hi, int64_t width, int64_t negative, int64_t sg, const int64_t* bounds,
+                           int64_t shards, Visit&& visit) {
+  if (!shards) return for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg, visit);
+  // the last shard starting at or before lo: the one that holds it (empty shards before it left out)
+  for (int64_t s = std::upper_bound(bounds, bounds + shards + 1, lo) - bounds - 1; s < shards && bounds[s] < hi; ++s) {
+    const int64_t a = std::max(lo, bounds[s]), b = std::min(hi, bounds[s + 1]);
+    const int32_t shard = static_cast<int32_t>(s);
+    if (a < b)
+      for_each_sight(centres, contexts, negatives, a, b, width, negative, sg,
+                     [&](int64_t id, int64_t key, int32_t) { visit(id, key, shard); });
+  }
+}
+
 // A sight dealt to the thread of its key's class, in 8 bytes: its key (below 2^40: ids stay below 2^39) and,
-// in the low 24 bits, the SGD updates it gives its row (at most the contexts' width): half the 16 bytes that
-// a key and a count side by side take, and the dealing writes every sight and the numbering reads it.
+// in the low 24 bits, its value (for_each_valued_sight: the SGD updates it gives its row, at most the contexts'
+// width, or its shard): half the 16 bytes that a key and a value side by side take, and the dealing writes
+// every sight and the numbering reads it.
 struct Sight {
   uint64_t packed;
-  Sight(int64_t key, int32_t updates) : packed(static_cast<uint64_t>(key) << 24 | static_cast<uint32_t>(updates)) {}
+  Sight(int64_t key, int32_t value) : packed(static_cast<uint64_t>(key) << 24 | static_cast<uint32_t>(value)) {}
   int64_t key() const { return static_cast<int64_t>(packed >> 24); }
-  int32_t updates() const { return static_cast<int32_t>(packed & 0xFFFFFF); }
+  int32_t value() const { return static_cast<int32_t>(packed & 0xFFFFFF); }
 };
 
 // One thread's sights of a range of centres, dealt by class to the ``team`` threads: thread u's in
@@ -251,13 +281,13 @@ struct Dealt {
   std::vector<std::vector<Sight>>& sights = buffer();
 
   void deal(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t lo, int64_t hi,
-            int64_t width, int64_t negative, int64_t sg, int team) {
+            int64_t width, int64_t negative, int64_t sg, const int64_t* bounds, int64_t shards, int team) {
     if (static_cast<int>(sights.size()) < team) sights.resize(team);
     for (int u = 0; u < team; ++u) sights[u].clear();
     std::vector<Sight>* to[KEY_CLASSES];  // each class's thread's sights: no division by the team at a sight
     for (int64_t c = 0; c < KEY_CLASSES; ++c) to[c] = &sights[c % team];
-    for_each_sight(centres, contexts, negatives, lo, hi, width, negative, sg,
-                   [&](int64_t id, int64_t key, int32_t updates) { to[id_class(id)]->emplace_back(key, updates); });
+    for_each_valued_sight(centres, contexts, negatives, lo, hi, width, negative, sg, bounds, shards,
+                          [&](int64_t id, int64_t key, int32_t value) { to[id_class(id)]->emplace_back(key, value); });
   }
 
  private:
@@ -433,8 +463,9 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
 // class in first-sight order, to keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each
 // key to sgd[U], and the slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row:
 // U + 1 rounded up to row_bucket, less one) where there is no context word and in the rows past n (ids below
-// 2^39, as training.OWNER_SHIFT has them, and width below 2^24: see Sight). Returns U;
-// keys and sgd need room for every occurrence. (numpy sorts the keys within an owner; no sum depends on that
+// 2^39, as training.OWNER_SHIFT has them, and width below 2^24: see Sight). With ``shards`` (>= 1; fewer than
+// 2^24) shards of the centres, [bounds[s], bounds[s + 1]) (from 0 to n), sgd[U] counts instead the shards that
+// touch each key (localsgd's m). Returns U; keys and sgd need room for every occurrence. (numpy sorts the keys within an owner; no sum depends on that
 // order.) On ``threads`` threads: each deals the sights of a range of the centres to the threads of their
 // classes; each numbers the sights dealt to it, range by range (the step's order), and counts its keys by
 // class and owner; once one thread has turned the counts into places, each puts its keys in them; then each
@@ -442,7 +473,7 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
 int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t n,
                           int64_t width, int64_t negative, int64_t ranks, int64_t n_hot, int64_t sg,
                           int64_t row_bucket, int64_t n_pad, int64_t* keys, int64_t* owned, int32_t* ctx,
-                          int32_t* tgt, float* sgd, int64_t threads) {
+                          int32_t* tgt, float* sgd, const int64_t* bounds, int64_t shards, int64_t threads) {
   const int64_t targets = 1 + negative;
   const int team = n >= MIN_PARALLEL_CENTRES ? static_cast<int>(std::max<int64_t>(threads, 1)) : 1;
   std::vector<ClassKeys*> shares(team);
@@ -452,20 +483,21 @@ int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     const int t = team > 1 ? omp_get_thread_num() : 0;
-    ClassKeys share(n / (4 * team), team);  // hashed keys: a few of the about 4 unique keys a centre
+    ClassKeys share(n / (4 * team), team, shards > 0);  // hashed keys: a few of the about 4 unique keys a centre
     shares[t] = &share;
     Dealt dealt;
     if (team == 1) {
       share.numbered[0].reserve(n * (width + targets));
-      for_each_sight(centres, contexts, negatives, 0, n, width, negative, sg,
-                     [&share](int64_t, int64_t key, int32_t updates) { share.see(key, updates, 0); });
+      for_each_valued_sight(centres, contexts, negatives, 0, n, width, negative, sg, bounds, shards,
+                            [&share](int64_t, int64_t key, int32_t value) { share.see(key, value, 0); });
     } else {  // each deals its range's sights to their classes' threads; each numbers those dealt to it in order
       dealing[t] = &dealt;
-      dealt.deal(centres, contexts, negatives, n * t / team, n * (t + 1) / team, width, negative, sg, team);
+      dealt.deal(centres, contexts, negatives, n * t / team, n * (t + 1) / team, width, negative, sg, bounds, shards,
+                 team);
 #pragma omp barrier
       for (int r = 0; r < team; ++r) {
         share.numbered[r].reserve(dealing[r]->sights[t].size());
-        for (const Sight& s : dealing[r]->sights[t]) share.see(s.key(), s.updates(), r);
+        for (const Sight& s : dealing[r]->sights[t]) share.see(s.key(), s.value(), r);
       }
     }
     count_owners(share, ranks, n_hot, team);

@@ -63,13 +63,9 @@ def prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
 
 def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1):
     """The StepPlan of a super-step's examples ``batch``, its shards' centres ``[bounds[s], bounds[s + 1])``:
-    one table for all its shards, ``sgd`` the shards touching each row, ``bounds`` kept on it."""
-    step = StepPlan.of(batch, plan, n_hot, sg, 1, threads)
-    lib = native.local_sgd_kernel()
-    ctx, tgt = step.ctx[0], step.tgt[0]
-    touches = (native.shard_touches(lib, step.table, ctx, tgt, bounds) if lib is not None
-               else _touches(step.table, ctx, tgt, bounds))
-    step.sgd = touches[:len(step.keys)]
+    one table for all its shards, ``sgd`` the shards touching each row (counted as the table is numbered),
+    ``bounds`` kept on it."""
+    step = StepPlan.of(batch, plan, n_hot, sg, 1, threads, bounds)
     step.bounds = bounds
     return step
 
@@ -179,10 +175,3 @@ def reference(sg, rows, ctx, tgt, bounds, alpha):
         deltas[touched] += mine[touched] - rows[touched]
     return deltas, loss, count
 
-
-def _touches(table, ctx, tgt, bounds):
-    """native.shard_touches in numpy."""
-    touches = np.zeros(table, np.float32)
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        touches[np.unique(np.concatenate((ctx[lo:hi].ravel(), tgt[lo:hi].ravel())))] += 1
-    return touches[:table - 1]

@@ -195,21 +195,27 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
   if (shards < 1 || bounds[0] < 0 || bounds[shards] > n) return -1;
   for (int64_t s = 0; s < shards; ++s)
     if (bounds[s] > bounds[s + 1]) return -1;
-  for (int64_t j = 0; j < n * w; ++j)
-    if (ctx[j] < 0 || ctx[j] > none) return -1;
-  for (int64_t j = 0; j < n * k1; ++j)
-    if (tgt[j] < 0 || tgt[j] > none) return -1;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
+  // Every row index checked before anything is written, on the team: a pass over all the examples
+  int64_t bad = 0;
+#pragma omp parallel for num_threads(team) reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = i * w; j < (i + 1) * w; ++j) bad |= ctx[j] < 0 || ctx[j] > none;
+    for (int64_t j = i * k1; j < (i + 1) * k1; ++j) bad |= tgt[j] < 0 || tgt[j] > none;
+  }
+  if (bad) return -1;
   if (static_cast<int>(copies.size()) < team) copies.resize(team);
   std::vector<double> loss(shards, 0.0), count(shards, 0.0);
+  std::vector<uint8_t> written(T - 1);  // whether a row of ``deltas`` holds a shard's delta yet
 #pragma omp parallel num_threads(team)
   {
     const int t = omp_get_thread_num();
     const int64_t r0 = (T - 1) * t / team, r1 = (T - 1) * (t + 1) / team;  // this thread's rows of the sum
-    std::fill(deltas + r0 * d, deltas + r1 * d, 0.f);
+    std::fill(written.begin() + r0, written.begin() + r1, 0);
     // Rounds of ``team`` shards, one a thread; after each, every thread adds the round's deltas (a copy less
-    // the snapshot) into its range of rows, shard by shard in shard order. So a rank holds a round's copies,
-    // not every shard's.
+    // the snapshot) into its range of rows, shard by shard in shard order, the first shard's of a row written
+    // as if added to zero (no pass to zero every row first), the rows no shard touched zeroed at the end. So
+    // a rank holds a round's copies, not every shard's.
     for (int64_t first = 0; first < shards; first += team) {
       if (first + t < shards)
         shard(sg, rows, T, d, alpha, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1], copies[t],
@@ -223,39 +229,23 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
           const float* now = c.copy.data() + e * d;
           const float* before = rows + r * d;
           float* out = deltas + r * d;
+          if (written[r]) {
 #pragma omp simd
-          for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
+            for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
+          } else {
+            written[r] = 1;
+#pragma omp simd
+            for (int64_t x = 0; x < d; ++x) out[x] = 0.f + (now[x] - before[x]);  // as += into a zero (-0 too)
+          }
         }
       }
 #pragma omp barrier
     }
+    for (int64_t r = r0; r < r1; ++r)
+      if (!written[r]) std::fill(deltas + r * d, deltas + (r + 1) * d, 0.f);
   }
   sums[0] = sums[1] = 0.0;
   for (int64_t s = 0; s < shards; ++s) sums[0] += loss[s], sums[1] += count[s];
-  return 0;
-}
-
-// How many shards touch each row: touches[r] for r in [0, T - 1), the row T - 1 ("none") left out. Known from
-// the examples alone, before the super-step, so it travels with the keys (exchange.Ask.sgd) to the owners,
-// whose merge rule scales a row's summed deltas by it (training.CappedAdd). Returns 0, or -1 as above.
-int64_t hvd_w2v_shard_touches(int64_t T, const int32_t* ctx, int64_t w, const int32_t* tgt, int64_t k1, int64_t n,
-                              const int64_t* bounds, int64_t shards, float* touches) {
-  const int32_t none = static_cast<int32_t>(T - 1);
-  if (shards < 1 || bounds[0] < 0 || bounds[shards] > n) return -1;
-  std::vector<int64_t> last(T, -1);  // the last shard that counted row r
-  std::fill(touches, touches + (T - 1), 0.f);
-  auto mark = [&](int32_t r, int64_t s) {
-    if (r < 0 || r > none) return false;
-    if (r != none && last[r] != s) last[r] = s, touches[r] += 1.f;
-    return true;
-  };
-  for (int64_t s = 0; s < shards; ++s) {
-    if (bounds[s] > bounds[s + 1]) return -1;
-    for (int64_t j = bounds[s] * w; j < bounds[s + 1] * w; ++j)
-      if (!mark(ctx[j], s)) return -1;
-    for (int64_t j = bounds[s] * k1; j < bounds[s + 1] * k1; ++j)
-      if (!mark(tgt[j], s)) return -1;
-  }
   return 0;
 }
 

@@ -375,7 +375,7 @@ BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64
                                        P, P, I64, P, P, P, I64],
                      "hvd_w2v_build_ranges": [P, P, P, P, P, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64,
                                               P, P, P, I64, P, P, P, P, I64],
-                     "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 5 + [I64]}
+                     "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 6 + [I64, I64]}
 BUILDER_FLAGS = ["-ffp-contract=off"]  # no fused multiply-adds: they round otherwise than numpy's float operations
 
 
@@ -448,18 +448,24 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
     return centres[:n], contexts[:n], negatives[:n], counts
 
 
-def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1):
+def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1, bounds=None):
     """training.StepPlan.of's table for one block (the compiled step's), built on ``threads`` threads (the same
     table on any count). Returns keys int64[U] grouped by owner, hot last; owned int64[ranks + 1]; ctx
     int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples' slots ("none" where empty); sgd
-    float32[U]."""
+    float32[U]: each key's SGD updates, or with ``bounds`` (shard s's centres ``[bounds[s], bounds[s + 1])``,
+    from 0 to all) the shards that touch it."""
     centres, contexts, negatives = (np.ascontiguousarray(a, np.int64) for a in (centres, contexts, negatives))
     n, width = contexts.shape
     negative = negatives.shape[1]
     if not (len(centres) == n == len(negatives) and n_pad >= n and ranks >= 1 and row_bucket >= 1):
         raise ValueError("step_plan: inconsistent example arrays")
-    if width >= 1 << 24:  # the kernel deals a sight's SGD updates, at most the width, in 24 bits
+    # the kernel deals a sight's value, its SGD updates (at most the width) or its shard, in 24 bits
+    if width >= 1 << 24:
         raise ValueError(f"step_plan: contexts of width {width}: at most {(1 << 24) - 1}")
+    if bounds is not None:
+        bounds = np.ascontiguousarray(bounds, np.int64)
+        if not (2 <= len(bounds) <= 1 << 24 and bounds[0] == 0 and bounds[-1] == n and np.all(np.diff(bounds) >= 0)):
+            raise ValueError(f"step_plan: shard bounds must rise from 0 to the {n} centres, fewer than 2^24 shards")
     occurrences = n * (width + 1 + negative)
     keys = np.empty(occurrences, np.int64)
     sgd = np.empty(occurrences, np.float32)
@@ -468,14 +474,15 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
     tgt = np.empty((n_pad, 1 + negative), np.int32)
     unique = lib.hvd_w2v_step_plan(centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data, n, width,
                                    negative, ranks, n_hot, int(sg), row_bucket, n_pad, keys.ctypes.data,
-                                   owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data, threads)
+                                   owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data,
+                                   None if bounds is None else bounds.ctypes.data,
+                                   0 if bounds is None else len(bounds) - 1, threads)
     return keys[:unique], owned, ctx, tgt, sgd[:unique]
 
 
 # -- shard-local SGD's super-step (localsgd_kernel.cc) -------------------------------------------------------
 
-LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P],
-                   "hvd_w2v_shard_touches": [I64, P, I64, P, I64, I64, P, I64, P]}
+LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P]}
 
 
 def local_sgd_kernel():
@@ -508,16 +515,6 @@ def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1):
                              threads, deltas.ctypes.data, sums):
         raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}) and its bounds increase within the centres")
     return deltas, sums[0], sums[1]
-
-
-def shard_touches(lib, table, ctx, tgt, bounds):
-    """How many shards touch each of the ``table - 1`` rows (float32), from the examples alone."""
-    bounds = _shard_blocks(table, ctx, tgt, bounds)
-    touches = np.empty(table - 1, np.float32)
-    if lib.hvd_w2v_shard_touches(table, ctx.ctypes.data, ctx.shape[1], tgt.ctypes.data, tgt.shape[1], len(ctx),
-                                 bounds.ctypes.data, len(bounds) - 1, touches.ctypes.data):
-        raise IndexError(f"shard rows must lie in [0, {table}) and the bounds increase within the centres")
-    return touches
 
 
 # -- the text passes (text_kernel.cc) -----------------------------------------------------------------------

@@ -286,8 +286,8 @@ class StepPlan:
     ``keys`` (int64[U], ``2 * id + matrix``) are grouped by owner in rank order (in any order within an
     owner: no sum depends on it), the hot rows (served by the local replicas) last; ``ctx`` and ``tgt`` index
     a table of ``table`` rows, the U rows then zeros (``table - 1`` in ``ctx``: no context word), in groups by
-    context width (sgns.step_function); ``sgd`` counts the word2vec.c SGD updates each row sums. A function
-    of the examples alone, so it can be built ahead.
+    context width (sgns.step_function); ``sgd`` counts the word2vec.c SGD updates each row sums (shard-local
+    SGD's: the shards that touch it). A function of the examples alone, so it can be built ahead.
     """
 
     keys: np.ndarray  # int64[U]
@@ -304,16 +304,17 @@ class StepPlan:
         return Ask(self.keys[:self.cold], self.owned, self.sgd[:self.cold])
 
     @classmethod
-    def of(cls, batch, plan, n_hot, sg, groups, threads=1):
+    def of(cls, batch, plan, n_hot, sg, groups, threads=1, bounds=None):
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
         every centre in one block, its contexts where the examples hold them (what the compiled step takes: it
         skips empty slots itself), numbered on ``threads`` threads (the same plan on any count); ``window``
-        left-packs them and groups centres by width (the graph; numpy, one thread)."""
+        left-packs them and groups centres by width (the graph; numpy, one thread). With ``bounds`` (shard s's
+        centres ``[bounds[s], bounds[s + 1])``, from 0 to all), ``sgd`` counts the shards touching each row."""
         lib = native.example_builder() if groups == 1 else None
         if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
             keys, owned, ctx, tgt, sgd = native.step_plan(
                 lib, batch.centres, batch.contexts, batch.negatives, plan.ranks, n_hot, sg, ROW_BUCKET,
-                _round_up(len(batch), CENTRE_BUCKET), threads)
+                _round_up(len(batch), CENTRE_BUCKET), threads, bounds)
             table = _round_up(len(keys) + 1, ROW_BUCKET)
             return cls(keys, owned[:-1], len(keys) - owned[-1], table, [ctx], [tgt], sgd)
         valid = batch.contexts >= 0
@@ -352,7 +353,13 @@ class StepPlan:
         weight[:, 1:] = targets[:, 1:] != targets[:, :1]
         if sg:
             weight *= width[:, None]
-        sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
+        if bounds is None:
+            sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
+        else:  # each row's distinct (row, shard) pairs
+            centre = np.concatenate((np.nonzero(valid)[0], np.repeat(np.arange(len(batch)), targets.shape[1])))
+            shard = np.searchsorted(bounds, centre, side="right") - 1
+            pairs = np.unique(slot.astype(np.int64) * len(bounds) + shard)
+            sgd = np.bincount(pairs // len(bounds), minlength=len(keys))
         return cls(keys, owned[:-1], len(keys) - owned[-1], table, ctx, tgt, sgd.astype(np.float32))
 
 

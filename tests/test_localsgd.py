@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import launch
-from hvd_w2v import localsgd, native
+from hvd_w2v import batches, localsgd, native
+from hvd_w2v.shard import RowPlan
 from hvd_w2v.synthetic import generate
 from test_train import load
 
@@ -56,12 +57,30 @@ def test_the_kernel_is_sequential_sgd_per_shard_summed_in_shard_order(sg, table)
     assert table > 60 or np.abs(one - got).max() > 1e-3
 
 
-def test_touches_count_the_shards_that_name_a_row():
-    lib = native.local_sgd_kernel()
-    rows, ctx, tgt, bounds = problem(2, True, shards=4)
-    got = native.shard_touches(lib, len(rows), ctx, tgt, bounds)
-    assert got.tolist() == localsgd._touches(len(rows), ctx, tgt, bounds).tolist()
-    assert got.max() > 1 and got.sum() > len(np.unique(np.concatenate((ctx.ravel(), tgt.ravel())))) - 1
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_a_superstep_plan_counts_the_shards_that_name_a_row(compiled, monkeypatch):
+    """The merge rule's m: each row's count of the shards whose examples name it, an empty shard among them,
+    counted as the table is numbered (on 1 to 3 threads: more than MIN_PARALLEL_CENTRES centres), or in
+    numpy."""
+    g = np.random.default_rng(2)
+    n, words = 1000, 300
+    contexts = g.integers(0, words, (n, 4))
+    contexts[g.random((n, 4)) < 0.3] = -1
+    contexts[:, 0] = g.integers(0, words, n)
+    batch = batches.Batch(g.integers(0, words, n), contexts, g.integers(0, words, (n, 3)))
+    bounds = np.array([0, 250, 250, 700, 1000])
+    want = {}
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        named = np.concatenate((2 * contexts[lo:hi][contexts[lo:hi] >= 0], 2 * batch.centres[lo:hi] + 1,
+                                2 * batch.negatives[lo:hi].ravel() + 1))
+        for key in np.unique(named):
+            want[key] = want.get(key, 0) + 1
+    if not compiled:
+        monkeypatch.setattr(native, "example_builder", lambda: None)
+    for threads in (1, 2, 3) if compiled else (1,):
+        step = localsgd.superstep_plan(batch, bounds, RowPlan(words, 2), 0, True, threads)
+        assert dict(zip(step.keys.tolist(), step.sgd.tolist())) == want
+    assert max(want.values()) == 3 and min(want.values()) == 1
 
 
 def test_bad_rows_or_bounds_are_refused():
