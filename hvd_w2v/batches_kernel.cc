@@ -353,7 +353,8 @@ void write_slots(const int64_t* centres, const int64_t* contexts, const int64_t*
   const int32_t** cursor_of[KEY_CLASSES];
   std::vector<const int32_t*> cursor(team);
   for (int64_t u = 0; u < team; ++u) cursor[u] = shares[u]->numbered[range].data();
-  for (int64_t c = 0; c < KEY_CLASSES; ++c) slot_of[c] = shares[c % team]->slot.data(), cursor_of[c] = &cursor[c % team];
+  for (int64_t c = 0; c < KEY_CLASSES; ++c)
+    slot_of[c] = shares[c % team]->slot.data(), cursor_of[c] = &cursor[c % team];
   write([&](int64_t id) {
     const int64_t c = id_class(id);
     return slot_of[c][*(*cursor_of[c])++];
@@ -465,11 +466,12 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
 // U + 1 rounded up to row_bucket, less one) where there is no context word and in the rows past n (ids below
 // 2^39, as training.OWNER_SHIFT has them, and width below 2^24: see Sight). With ``shards`` (>= 1; fewer than
 // 2^24) shards of the centres, [bounds[s], bounds[s + 1]) (from 0 to n), sgd[U] counts instead the shards that
-// touch each key (localsgd's m). Returns U; keys and sgd need room for every occurrence. (numpy sorts the keys within an owner; no sum depends on that
-// order.) On ``threads`` threads: each deals the sights of a range of the centres to the threads of their
-// classes; each numbers the sights dealt to it, range by range (the step's order), and counts its keys by
-// class and owner; once one thread has turned the counts into places, each puts its keys in them; then each
-// writes the slots of its range. The same table, byte for byte, on any thread count.
+// touch each key (localsgd's m). Returns U; keys and sgd need room for every occurrence. (numpy sorts the keys
+// within an owner; no sum depends on that order.) On ``threads`` threads: each deals the sights of a range of
+// the centres to the threads of their classes; each numbers the sights dealt to it, range by range (the step's
+// order), and counts its keys by class and owner; once one thread has turned the counts into places, each puts
+// its keys in them; then each writes the slots of its range. The same table, byte for byte, on any thread
+// count.
 int64_t hvd_w2v_step_plan(const int64_t* centres, const int64_t* contexts, const int64_t* negatives, int64_t n,
                           int64_t width, int64_t negative, int64_t ranks, int64_t n_hot, int64_t sg,
                           int64_t row_bucket, int64_t n_pad, int64_t* keys, int64_t* owned, int32_t* ctx,
