@@ -81,6 +81,10 @@ def test_a_superstep_plan_counts_the_shards_that_name_a_row(compiled, monkeypatc
         step = localsgd.superstep_plan(batch, bounds, RowPlan(words, 2), 0, True, threads)
         assert dict(zip(step.keys.tolist(), step.sgd.tolist())) == want
     assert max(want.values()) == 3 and min(want.values()) == 1
+    if compiled:  # bounds that leave centres out, or fall, are refused
+        for bad in ([0, 250, 999], [0, 700, 250, 1000]):
+            with pytest.raises(ValueError, match="shard bounds"):
+                localsgd.superstep_plan(batch, np.array(bad), RowPlan(words, 2), 0, True, 2)
 
 
 def test_bad_rows_or_bounds_are_refused():
