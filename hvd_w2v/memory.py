@@ -93,8 +93,8 @@ class TextPasses:
 #   owner's share, once a rank), received and interleaved, a number a distinct token (more where the owners'
 #   tables are uneven), counted with the encoding: 12 B. The flat 4M-word corpus on 2 ranks of 1 and 2
 #   threads (`bench.memory_probes passes`) held 161 and 169 MiB as words and encoding on its fuller rank,
-#   against 154 planned with 12 B: 16 B. (Measured at 32eedf3, whose send was a copy of the share for each
-#   rank; an allgatherv since sends it once, so 16 B is an upper bound.)
+#   against 154 planned with 12 B: 16 B. (Fitted when every owner's share went to each rank as a copy of its
+#   own; an allgatherv sends it once, so 16 B is an upper bound.)
 COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=14, lookup_word=8,
                       asked_word=84, word=59, thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
