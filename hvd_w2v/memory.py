@@ -287,8 +287,9 @@ class MemoryPlan:
     __str__ = describe
 
 
-def step_bytes(cfg, vocab_size, ranks, threads=1):
-    """An upper bound of one step's working set on one rank of ``threads`` threads, in bytes.
+def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
+    """An upper bound of one step's working set on one rank of ``threads`` threads, in bytes. ``positions``: the
+    corpus's kept tokens when known (0: not), the most centres a step or a shard can have on a small corpus.
 
     A rank builds the examples of at most ``ceil(batch_words / P)`` centres (every position kept); each has
     ``2 * window`` context slots and ``1 + negative`` output slots. The step's unique rows U are at most the
@@ -304,7 +305,9 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
     ``merge_clip``, the chains of each row's entries it sums.
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
-    centres = hosted * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
+    most = positions or math.inf
+    superstep = min(cfg.superstep, most) if cfg.shards else 0
+    centres = min(hosted * superstep, most) if cfg.shards else min(math.ceil(cfg.batch_words / ranks), most)
     per_centre = 2 * cfg.window + 1 + cfg.negative
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
@@ -319,7 +322,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1):
         tables = SHARD_UNIQUE_COPIES * unique
         places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
         running = min(threads, hosted)
-        copies = running * min(cfg.superstep * per_centre, 2 * vocab_size + 1)
+        copies = running * min(superstep * per_centre, 2 * vocab_size + 1)
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
         places += 4 * running * unique  # each running shard's place of every table row (int32)
     else:
@@ -355,7 +358,7 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
                 + KEEP_HEAD_BYTES),
         words=rows * passes.word,
-        step=step_bytes(cfg, vocab_size, ranks, threads),
+        step=step_bytes(cfg, vocab_size, ranks, threads, positions),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
         counting=counting,
         owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes, readers),

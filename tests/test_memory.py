@@ -1,6 +1,7 @@
 """The memory plan: its arithmetic (plain pytest) and, on 2 real ranks, the refusal and the measured peak."""
 import os
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -46,6 +47,18 @@ def test_total_never_grows_with_ranks():
     cfg = Config()
     totals = [memory.plan(3_000_000, cfg, p, positions=10**9, corpus_bytes=10**10).total for p in range(1, 200)]
     assert all(a >= b for a, b in zip(totals, totals[1:]))
+
+
+@pytest.mark.parametrize("cfg", [Config(shards=4, superstep=100_000), Config(batch_words=1_000_000)])
+def test_a_step_longer_than_the_corpus_plans_the_corpus_alone(cfg):
+    """No step or shard has more centres than the corpus has kept tokens: past them, a longer step or
+    super-step plans no more memory; below them it does."""
+    small = dict(positions=50_000, corpus_bytes=300_000)
+    longer = replace(cfg, superstep=10**7) if cfg.shards else replace(cfg, batch_words=1 << 24)
+    shorter = replace(cfg, superstep=1_000) if cfg.shards else replace(cfg, batch_words=1_000)
+    assert memory.plan(1_000, longer, 2, **small).step == memory.plan(1_000, cfg, 2, **small).step
+    assert memory.plan(1_000, shorter, 2, **small).step < memory.plan(1_000, cfg, 2, **small).step
+    assert memory.plan(1_000, cfg, 2).step > memory.plan(1_000, cfg, 2, **small).step  # corpus unknown
 
 
 @pytest.mark.parametrize("vocab_size, dim, limit_mib", [(10_000_000, 300, 900), (68_606, 100, 600),
