@@ -663,7 +663,6 @@ struct Counts {
     std::vector<Tokens> tokens;  // by the table they go to
     std::vector<Words> words;  // by the table they go to
     std::vector<int32_t> number;  // the provisional numbers of seen's words, by their number there
-    std::vector<int64_t> pieces;  // the pieces of the segment it took
     int64_t room = SEEN_WORDS;  // the words ``seen`` may take in this segment
   };
   std::vector<Finder> finders;
@@ -685,25 +684,22 @@ inline int64_t quick_owner(uint64_t h, int64_t ranks) {
 inline int64_t provisional_number(int64_t table, int64_t parts, int64_t number) { return table + parts * number; }
 
 // Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
-// (32 B a token) whatever the text's size. A segment is cut into pieces of PIECE_BYTES or so that the threads
-// take in turn, so that a thread that runs slower (the reader's thread beside it on its core, or a core a
-// shared host gives less) cuts fewer of them, where halves of the segment made the other wait at its end.
-constexpr int64_t SEGMENT_BYTES = 1 << 20, PIECE_BYTES = 1 << 16;
+// (32 B a token) whatever the text's size.
+constexpr int64_t SEGMENT_BYTES = 1 << 20;
 
 // hvd_w2v_counts_add_text and hvd_w2v_counts_add_numbered: the tokens of text[0, n) counted, their number in
 // *tokens; with ``out``, the block's provisional numbers written there, their count returned.
 //
-// On more than one thread, segment after segment of SEGMENT_BYTES a thread, each thread (a finder) takes the
-// segment's pieces in turn, cuts them into tokens and counts them in its own small table (``seen``) while they
-// fit, where natural text's frequent words are counted without leaving the thread; a token that does not fit
-// goes to its word's table (part_of) at once when the thread owns it, else to a list for that table's thread.
-// Then each thread adds to its table the words every finder's ``seen`` holds for it, with their counts, and the
-// tokens handed to it. Numbers: a finder writes a piece's numbers from the piece's first byte's place in
-// ``out`` (a piece has fewer tokens and newlines than bytes): a seen word's as -2 - its number in ``seen``,
-// turned into its provisional number once the owners have written those, and a handed token's number is written
-// by its owner in its place. The pieces are then moved together. A word's tokens may take all three ways in one
-// segment: its counts add up in its table. Which thread counts which piece changes the provisional numbers
-// (the order in which a table first sees its words), never the counts, nor the ids they turn into.
+// On more than one thread, segment after segment of SEGMENT_BYTES a thread, each thread (a finder) cuts its
+// part of the segment into tokens and counts them in its own small table (``seen``) while they fit, where
+// natural text's frequent words are counted without leaving the thread; a token that does not fit goes to its
+// word's table (part_of) at once when the thread owns it, else to a list for that table's thread. Then each
+// thread adds to its table the words every finder's ``seen`` holds for it, with their counts, and the tokens
+// handed to it. Numbers: a finder writes its part's numbers from its first byte's place in ``out`` (a part has
+// fewer tokens and newlines than bytes): a seen word's as -2 - its number in ``seen``, turned into its
+// provisional number once the owners have written those, and a handed token's number is written by its owner in
+// its place. The parts are then moved together. A word's tokens may take all three ways in one segment: its
+// counts add up in its table.
 int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out, int64_t* tokens) {
   const int64_t parts = c.tables.size();
   int64_t m = 0;
@@ -719,12 +715,11 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
     });
     return m;
   }
+  std::vector<int64_t> written(parts);
   for (int64_t lo = 0; lo < n;) {
     int64_t hi = std::min(n, lo + SEGMENT_BYTES * parts);
     while (hi < n && !WS.is[text[hi - 1]]) ++hi;
-    const int64_t pieces = std::max<int64_t>(parts, (hi - lo) / PIECE_BYTES);
-    std::vector<int64_t> at = cuts(text + lo, hi - lo, pieces);
-    std::vector<int64_t> written(pieces, 0);
+    std::vector<int64_t> at = cuts(text + lo, hi - lo, parts);
     int64_t found = 0;
 #pragma omp parallel num_threads(parts) reduction(+ : found)
     {
@@ -735,44 +730,37 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
       me.seen.reserve(SEEN_WORDS, 16 * SEEN_WORDS);
       for (auto& list : me.tokens) list.clear();
       for (auto& list : me.words) list.clear();
-      me.pieces.clear();
-      int64_t held = 0, passed = 0;  // tokens seen held, and not, once full
+      int32_t* o = out ? out + lo + at[t] : nullptr;
+      int64_t k = 0, held = 0, passed = 0;  // tokens seen held, and not, once full
       bool asking = true;
-#pragma omp for schedule(dynamic, 1) nowait
-      for (int64_t q = 0; q < pieces; ++q) {
-        me.pieces.push_back(q);
-        int32_t* o = out ? out + lo + at[q] : nullptr;
-        int64_t k = 0;
-        auto ask = [&](uint64_t h) { asking ? me.seen.prefetch(h) : table.prefetch(h); };
-        found += batched_tokens(ask, text, lo + at[q], lo + at[q + 1], [&](int64_t start, uint32_t length, uint64_t h,
-                                                                           uint64_t x) {
-          if (asking) {
-            if (Table::Slot* slot = me.seen.bounded_slot(text + start, length, h, x, me.room)) {
-              ++slot->value;
-              ++held;
-              if (o) o[k++] = -2 - static_cast<int32_t>(slot->number);
-              return;
-            }
-            asking = ++passed <= held / 2 + 256;
+      found = batched_tokens([&](uint64_t h) { asking ? me.seen.prefetch(h) : table.prefetch(h); }, text,
+                             lo + at[t], lo + at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
+        if (asking) {
+          if (Table::Slot* slot = me.seen.bounded_slot(text + start, length, h, x, me.room)) {
+            ++slot->value;
+            ++held;
+            if (o) o[k++] = -2 - static_cast<int32_t>(slot->number);
+            return;
           }
-          const int64_t p = part_of(h, parts);
-          if (p == t) {
-            Table::Slot& slot = table.slot_of(text + start, length, h, x, 0);
-            ++slot.value;
-            if (o) o[k++] = static_cast<int32_t>(provisional_number(t, parts, slot.number));
-          } else {
-            me.tokens[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
-          }
-        }, [&] {
-          if (o) o[k++] = -1;
-        });
-        written[q] = k;
-      }
+          asking = ++passed <= held / 2 + 256;
+        }
+        const int64_t p = part_of(h, parts);
+        if (p == t) {
+          Table::Slot& slot = table.slot_of(text + start, length, h, x, 0);
+          ++slot.value;
+          if (o) o[k++] = static_cast<int32_t>(provisional_number(t, parts, slot.number));
+        } else {
+          me.tokens[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
+        }
+      }, [&] {
+        if (o) o[k++] = -1;
+      });
       me.room = asking ? std::min(2 * me.room, SEEN_WORDS) : std::max(me.room / 4, LEAST_SEEN);
       for (int64_t w = 0; w < me.seen.size(); ++w) {  // its words alone: a small part's are few of its slots
         const Table::Slot& s = me.seen.slot(w);
         me.words[part_of(s.hash, parts)].push_back({me.seen.word(s), s.hash, s.value, s.length, s.number, 0});
       }
+      written[t] = k;
 #pragma omp barrier
       constexpr int AHEAD = 8;
       for (int64_t f = 0; f < parts; ++f) {
@@ -797,21 +785,20 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
           if (token.number) *token.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         }
       }
-      if (out) {  // the same on every thread
+      if (o) {  // the same on every thread
 #pragma omp barrier
         me.number.resize(me.seen.size());
         for (const auto& words : me.words)
           for (const Counts::Word& w : words) me.number[w.seen] = w.number;
-        for (int64_t q : me.pieces)
-          for (int32_t *o = out + lo + at[q], *end = o + written[q]; o < end; ++o)
-            if (*o < -1) *o = me.number[-2 - *o];
+        for (int64_t i = 0; i < k; ++i)
+          if (o[i] < -1) o[i] = me.number[-2 - o[i]];
       }
     }
     *tokens += found;
     if (out)
-      for (int64_t q = 0; q < pieces; ++q) {
-        std::memmove(out + m, out + lo + at[q], written[q] * sizeof(int32_t));
-        m += written[q];
+      for (int64_t t = 0; t < parts; ++t) {
+        std::memmove(out + m, out + lo + at[t], written[t] * sizeof(int32_t));
+        m += written[t];
       }
     lo = hi;
   }
@@ -986,7 +973,6 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
       for (auto& list : finder.tokens) std::vector<Counts::Token>().swap(list);
       for (auto& list : finder.words) std::vector<Counts::Word>().swap(list);
       std::vector<int32_t>().swap(finder.number);
-      std::vector<int64_t>().swap(finder.pieces);
     }
 }
 

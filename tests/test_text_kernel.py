@@ -100,12 +100,11 @@ def test_vocabulary_order_is_numpys_on_any_thread_count(lib, monkeypatch):
 def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
     """The count on several threads counts a segment's words in each thread's own small table while they fit
     and hands the other tokens to the thread whose table owns their word, a segment (text_kernel.cc's
-    SEGMENT_BYTES a thread, its pieces taken by the threads in turn) at a time: here texts of several segments,
-    in one call and in several, Zipf-like (most tokens a few frequent words: the small tables fill, and are
-    still asked), flat (most words new: they fill, are no longer asked, and take fewer words the next segment)
-    and flat then Zipf-like, words of 1 to 18 bytes (around the 8 that travel inline), lines of 1 to 40 words.
-    The same counts on 1, 2 and 3 threads, and the numbered pass's stream gives back every token's word and
-    every newline."""
+    SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in several, Zipf-like
+    (most tokens a few frequent words: the small tables fill, and are still asked), flat (most words new:
+    they fill, are no longer asked, and take fewer words the next segment) and flat then Zipf-like, words of
+    1 to 18 bytes (around the 8 that travel inline), lines of 1 to 40 words. The same counts on 1, 2 and 3 threads, and the numbered pass's stream gives back every token's
+    word and every newline."""
     rng = np.random.default_rng(0)
     names = [("w" * int(k % 13)) + str(k) for k in range(200_000)]  # 1 to 18 bytes
     zipf = rng.zipf(1.1, 900_000) % 60_000
