@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 
 from . import pipeline
+from .comm import HOT_ROWS_CYCLE_MS
 from .errors import UserError
 from .wording import counted
 
@@ -297,7 +298,9 @@ def add_train_options(p):
     r.add_argument("--batch-words", type=int, default=d.batch_words,
                    help="corpus positions per global step, shared by the ranks (default: %(default)s)")
     r.add_argument("--hot-rows", type=int, default=d.hot_rows,
-                   help="most frequent words replicated on every rank (default: %(default)s)")
+                   help="most frequent words replicated on every rank, their updates summed by a Horovod "
+                        "allreduce every step, which waits for Horovod's cycle ($HOROVOD_CYCLE_TIME, else "
+                        f"{HOT_ROWS_CYCLE_MS} ms): it slowed every run measured (default: %(default)s)")
     r.add_argument("--update-cap", type=float, default=d.update_cap,
                    help="a row's summed update in one step is scaled by min(1, cap/m) when it sums m SGD "
                         "updates (default: %(default)s)")
