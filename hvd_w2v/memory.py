@@ -287,6 +287,15 @@ class MemoryPlan:
     __str__ = describe
 
 
+def step_centres(cfg, ranks, positions=0):
+    """The most centres one rank's step covers: ``ceil(batch_words / P)``, or with shards ``superstep`` positions
+    of each of its ``ceil(shards / P)`` shards; and no more than ``positions``, the corpus's kept tokens, when
+    known (0: not)."""
+    most = positions or math.inf
+    centres = math.ceil(cfg.shards / ranks) * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
+    return min(centres, most)
+
+
 def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     """An upper bound of one step's working set on one rank of ``threads`` threads, in bytes. ``positions``: the
     corpus's kept tokens when known (0: not), the most centres a step or a shard can have on a small corpus.
@@ -305,9 +314,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     ``merge_clip``, the chains of each row's entries it sums.
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
-    most = positions or math.inf
-    superstep = min(cfg.superstep, most) if cfg.shards else 0
-    centres = min(hosted * superstep, most) if cfg.shards else min(math.ceil(cfg.batch_words / ranks), most)
+    centres = step_centres(cfg, ranks, positions)
     per_centre = 2 * cfg.window + 1 + cfg.negative
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
@@ -322,7 +329,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
         tables = SHARD_UNIQUE_COPIES * unique
         places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
         running = min(threads, hosted)
-        copies = running * min(superstep * per_centre, 2 * vocab_size + 1)
+        copies = running * min(min(cfg.superstep, centres) * per_centre, 2 * vocab_size + 1)
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
         places += 4 * running * unique  # each running shard's place of every table row (int32)
     else:
@@ -380,8 +387,7 @@ def exchange_bytes(cfg, ranks):
     """
     if ranks == 1:
         return 0
-    centres = math.ceil(cfg.shards / ranks) * cfg.superstep if cfg.shards else math.ceil(cfg.batch_words / ranks)
-    slots = centres * (2 * cfg.window + 1 + cfg.negative)
+    slots = step_centres(cfg, ranks) * (2 * cfg.window + 1 + cfg.negative)
     return slots * (8 + 4 * cfg.dim + 4 * cfg.dim + 4)
 
 
