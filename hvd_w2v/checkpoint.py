@@ -263,10 +263,7 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
     m = comm.allgather(m)[0]  # mpi4py: rank 0's reading to every rank, so all decide alike
     if isinstance(m, Damaged):
         raise Damaged(str(m))
-    old_cfg = m["config"]
-    if m["version"] != VERSION:
-        raise UserError(f"checkpoint {folder} has format version {m['version']}; this hvd-w2v reads version "
-                        f"{VERSION}")
+    check_settings(folder, m, cfg)
     if m["vocab"]["size"] != vocab_size or m["vocab"]["sha256"] != vocab_sha:
         raise UserError(f"checkpoint {folder} was written for another vocabulary ({m['vocab']['size']:,} words, "
                         f"vocab.txt sha256 {str(m['vocab']['sha256'])[:12]}...; this run has {vocab_size:,} words, "
@@ -274,17 +271,6 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
     if stream_length is not None and m["stream_length"] != stream_length:
         raise UserError(f"checkpoint {folder} was written for a corpus of {m['stream_length']:,} positions; "
                         f"this one has {stream_length:,}: resume with the same corpus")
-    # An older manifest's missing fields are what that version ran: the exact step's defaults on one host.
-    now, before = cfg.to_dict(), {**type(cfg)().settled(1, 1).to_dict(), **old_cfg}
-    for field in EXACT:
-        if field in SHARDS_ONLY and not now["shards"] and not before.get("shards"):
-            continue  # the exact step has no super-steps nor merge
-        if before.get(field) != now[field]:
-            option = "--sg/--cbow" if field == "sg" else f"--{field.replace('_', '-')}"
-            raise UserError(f"checkpoint {folder} was written with {option} {before.get(field)}, this run has "
-                            f"{now[field]}: an exact resume needs the same value (or start afresh without --resume)")
-    if m["dim"] != cfg.dim:
-        raise UserError(f"checkpoint {folder} holds {m['dim']}-dimensional rows, this run has --dim {cfg.dim}")
 
     old = RowPlan(vocab_size, m["ranks"])
     files = [os.path.join(folder, rows_name(f)) for f in range(old.ranks)]
@@ -312,6 +298,47 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
             rows[sel, k] = table[k, row[sel]]
         del table
     return Loaded(folder, m["step"], m["total_steps"], m["ranks"], rows)
+
+
+def check_settings(folder, m, cfg):
+    """UserError unless checkpoint ``folder`` (its manifest ``m``, :func:`read_manifest`'s) is of a format this
+    hvd-w2v reads and was written with the settings ``cfg`` has in every field of EXACT, and rows of its
+    width. The vocabulary and the stream's length, which only the text passes know, :func:`load` checks."""
+    if m["version"] != VERSION:
+        raise UserError(f"checkpoint {folder} has format version {m['version']}; this hvd-w2v reads version "
+                        f"{VERSION}")
+    # An older manifest's missing fields are what that version ran: the exact step's defaults on one host.
+    now, before = cfg.to_dict(), {**type(cfg)().settled(1, 1).to_dict(), **m["config"]}
+    for field in EXACT:
+        if field in SHARDS_ONLY and not now["shards"] and not before.get("shards"):
+            continue  # the exact step has no super-steps nor merge
+        if before.get(field) != now[field]:
+            option = "--sg/--cbow" if field == "sg" else f"--{field.replace('_', '-')}"
+            raise UserError(f"checkpoint {folder} was written with {option} {before.get(field)}, this run has "
+                            f"{now[field]}: an exact resume needs the same value (or start afresh without --resume)")
+    if m["dim"] != cfg.dim:
+        raise UserError(f"checkpoint {folder} holds {m['dim']}-dimensional rows, this run has --dim {cfg.dim}")
+
+
+def refuse_early(comm, root, cfg):
+    """Before the text passes of a resume (collective): UserError, as :func:`load` would give it, when the
+    newest checkpoint under ``root`` whose manifest reads was written with settings ``cfg`` cannot continue
+    (:func:`check_settings`). Why: on a large corpus the text passes take hours, and a mistyped option would
+    otherwise be refused only once they are done. A damaged checkpoint is left to :func:`latest`, which passes
+    over it; the checkpoints of one run folder share their settings (a resume keeps them)."""
+    error = None
+    if comm.rank == 0:
+        for _, path in scan(root):
+            try:
+                check_settings(path, read_manifest(path), cfg)
+            except Damaged:
+                continue
+            except UserError as e:
+                error = str(e)
+            break
+    error = comm.allgather(error)[0]  # mpi4py: rank 0's verdict to every rank
+    if error:
+        raise UserError(error)
 
 
 def read_manifest(folder):

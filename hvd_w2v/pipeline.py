@@ -116,6 +116,8 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
     from .watchdog import io_budget
 
     comm, say = saver.comm, saver.log
+    if resume:
+        checkpoint.refuse_early(comm, saver.root, cfg)
     stage = staging(comm, out)
     record = {}  # OUT/run.json
     if comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is

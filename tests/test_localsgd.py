@@ -228,6 +228,7 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
     other = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, *OPTIONS, *ARCH["sg"], "--resume",
                        "--shards", "8"], timeout=120)
     assert other.returncode == 2 and "--shards 4, this run has 8" in other.output, other.output[-3000:]
+    assert "prepared in" not in other.output, other.output[-3000:]  # refused before the text passes
     # Without --shards, --superstep and --merge-clip, the resume keeps the run's (one host alone would choose
     # the exact step): its run.json's.
     result = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, "--epochs", "2", "--quiet", "--show", "",
