@@ -25,7 +25,12 @@ shard-local SGD's settings, say, in one table.
 With ``--interleave V`` every trainer reads the corpus's lines in the order in which V shards of shard-local
 SGD take its positions (localsgd.shard_range): the lines cut into V consecutive parts of about equal tokens,
 then a line of each part in turn. The exact step on that order tells what the shards' order alone does to the
-scores, apart from their merge.
+scores, apart from their merge. Only roughly: parts of equal tokens hold unequal lines, so the file's last
+lines are those of the parts of the shortest lines alone, where the shards finish all parts together.
+
+With ``--shuffle SEED`` every trainer reads the lines in one random order (numpy's permutation of seed SEED),
+as a corpus whose sources are mixed: every order a shard count takes its positions in is then alike, and
+the exact step and the shards differ by their merge alone.
 
 With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
 table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
@@ -89,6 +94,22 @@ def interleaved(path, shards, workdir):
     return os.path.abspath(out)
 
 
+def shuffled(path, seed, workdir):
+    """``path``'s lines in a random order (numpy's permutation of ``seed``), as a file of its own."""
+    import numpy as np
+
+    out = os.path.join(workdir, f"{os.path.splitext(os.path.basename(path))[0]}-shuffled-{seed}.txt")
+    if not os.path.exists(out):
+        with open(path, "rb") as f:
+            lines = f.readlines()
+        if lines and not lines[-1].endswith(b"\n"):
+            lines[-1] += b"\n"
+        with open(out + ".tmp", "wb") as f:
+            f.writelines(lines[i] for i in np.random.default_rng(seed).permutation(len(lines)))
+        os.replace(out + ".tmp", out)
+    return os.path.abspath(out)
+
+
 def _cell(values, width, digits=3):
     """The mean, and with several values their range: ``0.351 (0.347-0.356)``."""
     mean = f"{statistics.mean(values):.{digits}f}"
@@ -118,14 +139,20 @@ def main(argv=None):
                    help="hvd-w2v options of one more row per rank count, space-separated (repeatable; \"\": none)")
     p.add_argument("--interleave", type=int, default=1, metavar="V",
                    help="read the lines as V shards take them, a line of each in turn (default: %(default)s: in order)")
+    p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                   help="read the lines in a random order, numpy's permutation of SEED (default: in order)")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if not os.path.exists(args.corpus):
         raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
     corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    if args.interleave > 1 and args.shuffle is not None:
+        raise SystemExit("--interleave and --shuffle: one order at a time")
     if args.interleave > 1:
         corpus = interleaved(corpus, args.interleave, args.out)
+    if args.shuffle is not None:
+        corpus = shuffled(corpus, args.shuffle, args.out)
     sources = (["sentences", "corpus_file"] if args.gensim_input == "both" else [args.gensim_input]) \
         if args.gensim_workers else []
     rows = {}  # (arch, trainer) -> [(seconds, analogy, ws353, simlex)], one per seed
