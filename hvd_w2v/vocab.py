@@ -656,7 +656,8 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     del tally, keep
     size = comm.allreduce(len(lengths))
     if size < comm.size:
-        raise UserError(f"only {size} words occur at least --min-count={cfg.min_count} times: fewer than the "
+        raise UserError(f"only {counted(size, 'word')} {'occurs' if size == 1 else 'occur'} at least "
+                        f"--min-count={cfg.min_count} times: fewer than the "
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
     my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample, comm.threads)
