@@ -77,37 +77,40 @@ def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
     return time.monotonic() - t
 
 
-def interleaved(path, shards, workdir):
-    """``path``'s lines as ``shards`` shards take them (see the module's docstring), as a file of its own."""
-    out = os.path.join(workdir, f"{os.path.splitext(os.path.basename(path))[0]}-interleaved-{shards}.txt")
-    if not os.path.exists(out):
-        with open(path, "rb") as f:
-            lines = f.readlines()
-        ends = list(itertools.accumulate(len(line.split()) for line in lines))
-        total = ends[-1] if ends else 0
-        cuts = [0] + [bisect.bisect_left(ends, total * v // shards) for v in range(1, shards)] + [len(lines)]
-        parts = [range(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
-        with open(out + ".tmp", "wb") as f:
-            for k in range(max(map(len, parts))):
-                f.writelines(lines[part[k]] for part in parts if k < len(part))
-        os.replace(out + ".tmp", out)
-    return os.path.abspath(out)
-
-
-def shuffled(path, seed, workdir):
-    """``path``'s lines in a random order (numpy's permutation of ``seed``), as a file of its own."""
-    import numpy as np
-
-    out = os.path.join(workdir, f"{os.path.splitext(os.path.basename(path))[0]}-shuffled-{seed}.txt")
+def reordered(path, name, order, workdir):
+    """``path``'s lines in the order of the line numbers ``order(lines)`` gives, as a file of its own under
+    ``workdir`` (``path``'s name and ``name``), made once and reused; every line ends with a newline."""
+    out = os.path.join(workdir, f"{os.path.splitext(os.path.basename(path))[0]}-{name}.txt")
     if not os.path.exists(out):
         with open(path, "rb") as f:
             lines = f.readlines()
         if lines and not lines[-1].endswith(b"\n"):
             lines[-1] += b"\n"
         with open(out + ".tmp", "wb") as f:
-            f.writelines(lines[i] for i in np.random.default_rng(seed).permutation(len(lines)))
+            f.writelines(lines[i] for i in order(lines))
         os.replace(out + ".tmp", out)
     return os.path.abspath(out)
+
+
+def interleaved(path, shards, workdir):
+    """``path``'s lines as ``shards`` shards take them (see the module's docstring), as a file of its own."""
+
+    def order(lines):
+        ends = list(itertools.accumulate(len(line.split()) for line in lines))
+        total = ends[-1] if ends else 0
+        cuts = [0] + [bisect.bisect_left(ends, total * v // shards) for v in range(1, shards)] + [len(lines)]
+        parts = [range(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
+        return (part[k] for k in range(max(map(len, parts))) for part in parts if k < len(part))
+
+    return reordered(path, f"interleaved-{shards}", order, workdir)
+
+
+def shuffled(path, seed, workdir):
+    """``path``'s lines in a random order (numpy's permutation of ``seed``), as a file of its own."""
+    import numpy as np
+
+    return reordered(path, f"shuffled-{seed}", lambda lines: np.random.default_rng(seed).permutation(len(lines)),
+                     workdir)
 
 
 def _cell(values, width, digits=3):
