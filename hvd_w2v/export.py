@@ -152,7 +152,7 @@ def _share(comm, lines, table):
     got, _ = comm.alltoallv(np.frombuffer(lines, np.uint8), np.diff(sent))
     part = table[lo:hi]  # range d's line lengths, a row each, by source; ``got`` holds them source by source
     in_got = np.arange(part.size).reshape(part.shape[::-1]).T.ravel()  # file order: row by row, then by source
-    return gather_words(got, part.T.ravel(), in_got)[0].tobytes(), at
+    return gather_words(got, part.T.ravel(), in_got, comm.threads)[0].tobytes(), at
 
 
 def _agree_or_remove(comm, error, tmp):

@@ -524,13 +524,13 @@ TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_counts_new": ([I64], P), "hvd_w2v_counts_free": ([P], None),
                   "hvd_w2v_counts_add_text": ([P, P, I64], I64),
                   "hvd_w2v_counts_add_numbered": ([P, P, I64, P, I64, P], I64),
-                  "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32], I64),
+                  "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32, I64], I64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64, P], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P, I64], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
                   "hvd_w2v_count_order": ([P, P, I64, P, I64], None),
-                  "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P], None),
+                  "hvd_w2v_gather_words": ([P, P, I64, P, I64, P, P, I64], None),
                   "hvd_w2v_count_lines": ([P, P, I64, P, I64, P, P], I64),
                   "hvd_w2v_encode_local": ([P, P, I64, I64, P, I64, ctypes.c_int32], I64),
                   "hvd_w2v_lookup_new": ([P, P, P, I64], P), "hvd_w2v_lookup_free": ([P], None),
@@ -605,8 +605,8 @@ def count_order(lib, counts, hashes, threads=1):
     return out
 
 
-def gather_words(lib, words, lengths, which):
-    """vocab.gather_words, compiled."""
+def gather_words(lib, words, lengths, which, threads=1):
+    """vocab.gather_words, compiled, on ``threads``."""
     words, lengths = _words(words, lengths)
     which = np.ascontiguousarray(which, np.int64)
     if len(which) and (which.min() < 0 or which.max() >= len(lengths)):
@@ -614,7 +614,7 @@ def gather_words(lib, words, lengths, which):
     picked = lengths[which]
     out = np.empty(int(picked.sum()), np.uint8)
     lib.hvd_w2v_gather_words(words.ctypes.data, lengths.ctypes.data, len(lengths), which.ctypes.data, len(which),
-                             out.ctypes.data, picked.ctypes.data)
+                             out.ctypes.data, picked.ctypes.data, max(threads, 1))
     return out, picked
 
 
@@ -706,11 +706,12 @@ class Counts:
             self.handle = None
 
 
-def remap(lib, numbers, ids, sentence_end):
-    """The id stream of ``numbers`` (int32, Counts.add_numbered's), in place: number x becomes ``ids[x]``
-    (int32; -1: dropped), -1 becomes ``sentence_end``. Returns the stream, a view of ``numbers``."""
+def remap(lib, numbers, ids, sentence_end, threads=1):
+    """The id stream of ``numbers`` (int32, Counts.add_numbered's), in place, on ``threads``: number x becomes
+    ``ids[x]`` (int32; -1: dropped), -1 becomes ``sentence_end``. Returns the stream, a view of ``numbers``."""
     numbers, ids = np.ascontiguousarray(numbers, np.int32), np.ascontiguousarray(ids, np.int32)
-    m = lib.hvd_w2v_remap(numbers.ctypes.data, len(numbers), ids.ctypes.data, len(ids), sentence_end)
+    m = lib.hvd_w2v_remap(numbers.ctypes.data, len(numbers), ids.ctypes.data, len(ids), sentence_end,
+                          max(threads, 1))
     if m < 0:
         raise ValueError(f"a provisional number outside [-1, {len(ids)})")
     return numbers[:m]

@@ -1002,12 +1002,15 @@ void hvd_w2v_count_order(const int64_t* counts, const uint64_t* hashes, int64_t 
     }
   };
   std::vector<Key> keys(n);
+  threads = std::max<int64_t>(threads, 1);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) keys[i] = {-counts[i], hashes[i], i};
   if (threads > 1 && n > (1 << 16))
     __gnu_parallel::sort(keys.begin(), keys.end(), std::less<Key>(),
                          __gnu_parallel::multiway_mergesort_tag(static_cast<int>(threads)));
   else
     std::sort(keys.begin(), keys.end());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) order[i] = keys[i].number;
 }
 
@@ -1164,15 +1167,26 @@ int64_t hvd_w2v_scan_ids(void* scan_, const int64_t* ids, const int64_t* order, 
 }
 
 // Words numbered which[0:m] of those laid end to end in ``words`` by ``lengths`` (n of them), in that order,
-// into out_words and out_lengths.
+// into out_words and out_lengths, on ``threads``, each a share of ``which`` (its reads are at random places).
 void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, int64_t n, const int64_t* which,
-                          int64_t m, unsigned char* out_words, int64_t* out_lengths) {
+                          int64_t m, unsigned char* out_words, int64_t* out_lengths, int64_t threads) {
   const std::vector<int64_t> start = starts(lengths, n);
-  for (int64_t k = 0; k < m; ++k) {
-    const int64_t i = which[k];
-    std::memcpy(out_words, words + start[i], lengths[i]);
-    out_words += lengths[i];
-    out_lengths[k] = lengths[i];
+  threads = std::max<int64_t>(1, std::min<int64_t>(threads, m / (1 << 14) + 1));
+  std::vector<int64_t> into(threads + 1, 0);  // where each thread's share of the words starts in out_words
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int64_t t = omp_get_thread_num(), lo = m * t / threads, hi = m * (t + 1) / threads;
+    int64_t bytes = 0;
+    for (int64_t k = lo; k < hi; ++k) bytes += out_lengths[k] = lengths[which[k]];
+    into[t + 1] = bytes;
+#pragma omp barrier
+#pragma omp single
+    for (int64_t u = 0; u < threads; ++u) into[u + 1] += into[u];
+    unsigned char* o = out_words + into[t];
+    for (int64_t k = lo; k < hi; ++k) {
+      std::memcpy(o, words + start[which[k]], out_lengths[k]);
+      o += out_lengths[k];
+    }
   }
 }
 
@@ -1197,16 +1211,33 @@ int64_t hvd_w2v_count_lines(const unsigned char* words, const int64_t* ends, int
 
 // The id stream of n provisional numbers (hvd_w2v_counts_add_numbered), in place: number x becomes ids[x]
 // (ids: int32[size]; -1, out of the vocabulary: dropped), -1 becomes ``sentence_end``. Returns its length, or
-// -1 with ``numbers`` untouched when one lies outside [-1, size).
-int64_t hvd_w2v_remap(int32_t* numbers, int64_t n, const int32_t* ids, int64_t size, int32_t sentence_end) {
-  for (int64_t i = 0; i < n; ++i)
-    if (numbers[i] < -1 || numbers[i] >= size) return -1;
-  int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i) {  // no branch on whether a word is kept: that follows no pattern
-    const int32_t x = numbers[i];
-    const int32_t id = x < 0 ? sentence_end : ids[x];
-    numbers[m] = id;
-    m += x < 0 || id >= 0;
+// -1 with ``numbers`` untouched when one lies outside [-1, size). On ``threads``: each maps a part in place,
+// kept ids to its part's front (the lookups, at random places of ids, are the cost), then the parts move
+// down in turn, each to where the ones before it end (a move never overtakes a part not yet moved).
+int64_t hvd_w2v_remap(int32_t* numbers, int64_t n, const int32_t* ids, int64_t size, int32_t sentence_end,
+                      int64_t threads) {
+  threads = std::max<int64_t>(1, std::min<int64_t>(threads, n / (1 << 16) + 1));
+  int64_t bad = 0;
+#pragma omp parallel for num_threads(threads) reduction(| : bad) schedule(static) if (threads > 1)
+  for (int64_t i = 0; i < n; ++i) bad |= numbers[i] < -1 || numbers[i] >= size;
+  if (bad) return -1;
+  std::vector<int64_t> kept(threads, 0);
+#pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+    int64_t m = lo;
+    for (int64_t i = lo; i < hi; ++i) {  // no branch on whether a word is kept: that follows no pattern
+      const int32_t x = numbers[i];
+      const int32_t id = x < 0 ? sentence_end : ids[x];
+      numbers[m] = id;
+      m += x < 0 || id >= 0;
+    }
+    kept[t] = m - lo;
+  }
+  int64_t m = kept[0];
+  for (int64_t t = 1; t < threads; ++t) {
+    std::memmove(numbers + m, numbers + n * t / threads, kept[t] * sizeof(int32_t));
+    m += kept[t];
   }
   return m;
 }

@@ -241,13 +241,14 @@ class Counted:
     def __len__(self):
         return len(self.counts)
 
-    def kept(self, keep):
-        """(words uint8 end to end, lengths int64) where the bool array ``keep`` is True, in order."""
+    def kept(self, keep, threads=1):
+        """(words uint8 end to end, lengths int64) where the bool array ``keep`` is True, in order (gathered on
+        ``threads``)."""
         if self._words is not None:
             words = [w for w, k in zip(self._words, keep.tolist()) if k]
             return (np.frombuffer(b"".join(words), np.uint8),
                     np.fromiter(map(len, words), np.int64, count=len(words)))
-        return gather_words(self._blob, self._lengths, np.flatnonzero(keep))
+        return gather_words(self._blob, self._lengths, np.flatnonzero(keep), threads)
 
     def hashes(self, words, lengths, threads=1):
         """uint64 hash64 of the words laid out in ``words`` by ``lengths``."""
@@ -315,13 +316,13 @@ def split_words(words, lengths):
     return list(WordList.of(words, lengths))
 
 
-def gather_words(words, lengths, which):
+def gather_words(words, lengths, which, threads=1):
     """(words, lengths) of the words numbered ``which`` (int64) among those laid end to end in ``words`` by
-    ``lengths``, in that order: compiled where text_kernel.cc is built, else one numpy gather; no Python
-    object per word either way."""
+    ``lengths``, in that order: compiled on ``threads`` where text_kernel.cc is built, else one numpy gather;
+    no Python object per word either way."""
     lib = native.text_kernel()
     if lib is not None:
-        return native.gather_words(lib, words, lengths, which)
+        return native.gather_words(lib, words, lengths, which, threads)
     starts = np.cumsum(lengths) - lengths
     picked = lengths[which]
     into = np.cumsum(picked) - picked  # where each starts in the result
@@ -445,7 +446,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered=
         if comm.size > 1:
             error, handles = _flush_compiled(comm, local, owned, limit, numbered is not None)
             if numbered is not None and error is None:
-                usable, error = _write_handles(lib, pending, handles, numbered, usable)
+                usable, error = _write_handles(lib, pending, handles, numbered, usable, threads)
             pending, held = [], 0
             if error:
                 done = True
@@ -463,17 +464,17 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered=
     return Counted(counts, blob=words, lengths=lengths, lib=lib, quick=quick), raw
 
 
-def _write_handles(lib, pending, handles, numbered, usable):
+def _write_handles(lib, pending, handles, numbered, usable, threads=1):
     """Write the numbers held since the last round (``pending``: (piece, int32 numbers of the rank's partial
     tables)) to ``numbered`` as the round's ``handles`` (int64, by number) name them: (whether the stream is
     still usable, the write's error message or None). A handle past int32 makes it unusable: nothing more is
-    written (encode then reads the text again)."""
+    written (encode then reads the text again). Remapped on ``threads``."""
     if not usable or (len(handles) and int(handles.max()) >= 2**31 - 1):
         return False, None
     handles = handles.astype(np.int32)
     try:
         for piece, stream in pending:
-            numbered.write(piece, native.remap(lib, stream, handles, -1))  # -1: a newline, kept as -1
+            numbered.write(piece, native.remap(lib, stream, handles, -1, threads))  # -1: a newline, kept as -1
     except UserError as e:
         return usable, str(e)
     return usable, None
@@ -646,7 +647,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     keep = tally.counts >= cfg.min_count
     if cfg.max_vocab_size:
         keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
-    counts, (words, lengths) = tally.counts[keep], tally.kept(keep)
+    counts, (words, lengths) = tally.counts[keep], tally.kept(keep, comm.threads)
     hashes = tally.hashes(words, lengths, comm.threads)
     # One pass (count's ``numbered``): the kept words' provisional numbers, and how many numbers there are.
     numbers = None if tally.numbers is None else (tally.numbers[keep], int(tally.numbers.max(initial=-1)) + 1)
@@ -676,7 +677,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     by_row[plan.local_row(row_ids)] = np.arange(len(row_ids))
     del row_ids
     # Each of this rank's rows receives one word: the words in local row order.
-    words_by_row = WordList.of(*gather_words(row_words, row_lengths, by_row))
+    words_by_row = WordList.of(*gather_words(row_words, row_lengths, by_row, comm.threads))
     del row_words, row_lengths, by_row
     assert len(words_by_row) == plan.rows(comm.rank)
     log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
@@ -712,7 +713,7 @@ def _to_owners(comm, owner, words, lengths, *values):
     received), in rank order of sender."""
     order = np.argsort(owner, kind="stable")
     per_dest = np.bincount(owner, minlength=comm.size)
-    got_words, got_lengths = exchange_bytes(comm, *gather_words(words, lengths, order), per_dest)
+    got_words, got_lengths = exchange_bytes(comm, *gather_words(words, lengths, order, comm.threads), per_dest)
     received, got = [], None
     for v in values:
         part, got = comm.alltoallv(v[order], per_dest, recv_counts=got)

@@ -97,6 +97,36 @@ def test_vocabulary_order_is_numpys_on_any_thread_count(lib, monkeypatch):
     assert runs.count(compiled).tolist() == counts.tolist()
 
 
+def test_remap_and_gather_on_threads_equal_numpy(lib):
+    """native.remap (the one pass's numbers into ids, dropped words left out) and native.gather_words (words by
+    number) on 1, 2 and 3 threads give numpy's result, on sizes below and above where they take a second
+    thread, words dropped anywhere (a part of the stream left with none kept); and a number out of range
+    is refused with the stream untouched."""
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 1000, 300_000):
+        ids = rng.integers(-1, 5_000, 4_000).astype(np.int32)
+        ids[rng.random(len(ids)) < 0.3] = -1
+        numbers = rng.integers(-1, len(ids), n).astype(np.int32)
+        numbers[n // 3: n // 3 + n // 4] = np.flatnonzero(ids < 0)[0]  # a stretch of dropped words
+        expected = np.where(numbers < 0, -7, ids[numbers])
+        expected = expected[(numbers < 0) | (expected >= 0)]
+        for threads in (1, 2, 3):
+            assert native.remap(lib, numbers.copy(), ids, -7, threads).tolist() == expected.tolist(), (n, threads)
+        words = [rng.bytes(int(k)) for k in rng.integers(1, 20, 5_000)]
+        lengths = np.array([len(w) for w in words], np.int64)
+        blob = np.frombuffer(b"".join(words), np.uint8)
+        which = rng.integers(0, len(words), n // 2)
+        for threads in (1, 2, 3):
+            got, got_lengths = native.gather_words(lib, blob, lengths, which, threads)
+            assert got.tobytes() == b"".join(words[i] for i in which), (n, threads)
+            assert got_lengths.tolist() == lengths[which].tolist()
+    numbers = np.zeros(300_000, np.int32)
+    numbers[-1] = 4_000
+    with pytest.raises(ValueError):
+        native.remap(lib, numbers, np.zeros(4_000, np.int32), -1, 3)
+    assert numbers[-1] == 4_000 and not numbers[:-1].any()
+
+
 def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
     """The count on several threads counts a segment's words in each thread's own small table while they fit
     and hands the other tokens to the thread whose table owns their word, a segment (text_kernel.cc's
