@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .wording import counted
+from .wording import counted, readable_bytes
 
 DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
 DEFAULT_OUT = os.path.join("runs", "default")
@@ -164,7 +164,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         whole = 4 * len(stream) * stats["words"] / voc.raw_words  # the stream's bytes over the epochs trained
         say("done: the id stream's share each rank read: "
             + ", ".join(f"{b / whole:.1%}" for b in stats["stream_read"])
-            + f" of {4 * len(stream) / memory.MIB:,.1f} MiB an epoch")
+            + f" of {readable_bytes(4 * len(stream))} an epoch")
         summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
                        final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
                        exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4),

@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from .wording import readable_bytes
+
 LOG_EVERY = 5.0  # seconds between log lines when the output is not a terminal
 BAR_MIN, BAR_MAX = 10, 30  # characters of the bar between its brackets
 DRAW_EVERY = 0.25  # seconds between redraws of the bar at least (reports come about every training.REPORT_SECONDS)
@@ -100,17 +102,8 @@ class Reading:
         done = min(self.done, self.total)
         rate = done / max(now - self.start, 1e-9)
         eta = (self.total - done) / rate if rate else 0
-        self.log(f"{self.what}: {100 * done / self.total:.0f}% of rank 0's {_size(self.total)} read, "
-                 f"{_size(rate)}/s per rank, {_size(rate / self.threads)}/s per thread, eta {eta:,.0f} s")
-
-
-def _size(n):
-    """Bytes, in the binary unit that keeps them readable: 6.1 GiB, 93 MiB, 512 KiB."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            x = n / scale
-            return f"{x:.1f} {unit}" if x < 10 else f"{x:,.0f} {unit}"
-    return f"{n:.0f} B"
+        self.log(f"{self.what}: {100 * done / self.total:.0f}% of rank 0's {readable_bytes(self.total)} read, "
+                 f"{readable_bytes(rate)}/s per rank, {readable_bytes(rate / self.threads)}/s per thread, eta {eta:,.0f} s")
 
 
 def slowest_lag(work, steps):

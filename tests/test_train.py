@@ -62,7 +62,7 @@ def test_same_vectors_on_any_rank_count(corpus, reference, tmp_path, arch, nrank
     assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
     # Each rank reads its share of the id stream: 1/P, and the context span (4 x window positions) on both
     # sides of its positions in each step of 1,024 (encode.TokenStream).
-    line = re.search(r"^done: the id stream's share each rank read: (.*) of [\d.]+ MiB an epoch$", result.output,
+    line = re.search(r"^done: the id stream's share each rank read: (.*) of [\d.,]+ [KMG]?i?B an epoch$", result.output,
                      re.M)
     assert line, result.output[-3000:]
     shares = [float(x) / 100 for x in re.findall(r"([\d.]+)%", line.group(1))]
