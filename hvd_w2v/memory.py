@@ -63,12 +63,12 @@ class TextPasses:
 
 # The compiled passes. Their tables' slots are planned as text_kernel.cc lays them out (table_bytes), the
 # rest fitted:
-# - count_read, owned_word: the count's peak on 1 rank, 1 thread, less its table's slots at their last growth
-#   (48 B a slot): 234 - 192 and 260 - 192 MiB at 1.6M and 2.5M distinct tokens, 477 - 384 at 3.3M, 3.9M and
-#   4.0M, and on the real corpus (data/real/corpus.txt, 82 MB, 0.27M distinct tokens) 70 - 24; least squares
-#   over the six for a part per byte of the 8 MiB block and one per token, 4.1 and 16.1 B: there the plan was
-#   87% of the real corpus's peak, so 5 and 14 B, which plan 96% to 108% of each. A block's bytes, not the
-#   table, are most of the real corpus's: the blocks read ahead, and those freed that the reader's heap keeps.
+# - count_read, owned_word: the count's peak on 1 rank, 1 thread, less its table's slots (32 B a slot, grown in
+#   place): the one pass (`vocab.build` with its numbers, then `encode.encode`) peaked at 500.3, 156.7 and 79.5
+#   MiB on the flat 4M-word corpus (3.99M distinct tokens), the scale benchmark's 1M-word one (1.0M) and the
+#   real corpus (0.27M), after its count. The block's part (5 B a byte of the 8 MiB block, with numbered_read's
+#   4) as fitted before; the rest per token is 45.3, 21.7 and less than nothing (the real corpus's blocks are
+#   fewer than planned): 45 B, which plans 100%, 88% and 80% of the three.
 # - encode_read: the encoding's peak less its table (reserved at its size) and 8 B a word of the table's order
 #   (lookup_word, its std::vector) on 1 rank, 1 thread: 44 to 52 MiB at 0.46M to 3.3M words kept, 7 B per byte
 #   of the 8 MiB block, rounded up.
@@ -95,7 +95,7 @@ class TextPasses:
 #   threads (`bench.memory_probes passes`) held 161 and 169 MiB as words and encoding on its fuller rank,
 #   against 154 planned with 12 B: 16 B. (Fitted when every owner's share went to each rank as a copy of its
 #   own; an allgatherv sends it once, so 16 B is an upper bound.)
-COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=14, lookup_word=8,
+COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=45, lookup_word=8,
                       asked_word=84, word=59, thread=16 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
 # - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
@@ -110,7 +110,7 @@ PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, numbered_word
                     asked_word=82, word=59 + 144, thread=0, reader=0, tables=False)
 
 # The compiled tables (text_kernel.cc's Table): 32 B slots, a power of two of them, at most two thirds full;
-# a table grows twofold, holding its old slots and the new ones at once (1.5 times the new ones' bytes).
+# a table grows twofold in place (its slots' mapping extended), so it never holds more than its slots.
 SLOT_BYTES = 32
 NUMBERS_CHUNK = Provisional.CHUNK  # the one pass's numbers turned into ids at a time
 
@@ -124,11 +124,10 @@ def table_slots(words):
     return slots
 
 
-def table_bytes(words, tables=1, grown=True):
-    """Bytes of the slots of ``tables`` compiled tables holding ``words`` between them (split evenly); ``grown``:
-    at the peak of their last growth (old and new slots at once), else made at their size (reserved)."""
-    per = table_slots(math.ceil(words / tables))
-    return tables * SLOT_BYTES * (per + (per // 2 if grown and per > 16 else 0))
+def table_bytes(words, tables=1):
+    """Bytes of the slots of ``tables`` compiled tables holding ``words`` between them (split evenly), grown to
+    them or reserved at their size alike."""
+    return tables * SLOT_BYTES * table_slots(math.ceil(words / tables))
 
 
 def block_bytes(ranks, corpus_bytes=None):
@@ -168,7 +167,7 @@ def encoding_bytes(words, ranks, threads=1, corpus_bytes=None, distinct=None, ra
     block = block_bytes(ranks, corpus_bytes)
     out = reading_bytes(passes.encode_read, ranks, threads, corpus_bytes, readers, passes) + passes.lookup_word * words
     if passes.tables:
-        out += table_bytes(words, grown=False)
+        out += table_bytes(words)
     if ranks > 1:
         tokens = math.ceil(block * raw_tokens / corpus_bytes) if raw_tokens and corpus_bytes else block // 2
         part = math.ceil(tokens / threads)  # a thread's part of the block, its distinct words in a table of its own

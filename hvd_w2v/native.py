@@ -634,8 +634,8 @@ def count_lines(lib, words, counts):
 
 class Counts:
     """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count).
-    Memory: 32 B slots, a power of two of them, at most two thirds full (1.5 times their bytes while a table
-    grows: memory.table_bytes), 8 B a word of its order and the bytes of words over 8 bytes."""
+    Memory: 32 B slots, a power of two of them, at most two thirds full (grown in place: memory.table_bytes), 8 B
+    a word of its order and the bytes of words over 8 bytes."""
 
     def __init__(self, lib, threads=1):
         self.lib, self.threads = lib, max(threads, 1)

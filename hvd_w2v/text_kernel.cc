@@ -312,34 +312,95 @@ inline uint64_t quick_hash(const unsigned char* p, uint64_t n) {
   return quick_hash(p, n, n <= 8 ? inline_word(p, n) : 0);
 }
 
-// An allocator of arrays in huge pages (2 MiB, transparent, asked for by madvise) from 2 MiB up: a table's
-// slots are looked up at random, so on 4 KiB pages nearly every look-up of a table larger than the caches would
-// also miss the TLB. Smaller arrays come from operator new. The bytes are those asked, rounded up to 2 MiB.
+// An array of ``T`` (trivially copyable) that starts zeroed: from 2 MiB up an anonymous mapping, aligned to and
+// asked for in huge pages (2 MiB, transparent, by madvise: a table's slots are looked up at random, so on 4 KiB
+// pages nearly every look-up of a table larger than the caches would also miss the TLB); smaller, from calloc.
+// grow() keeps the elements and adds zeroed ones; a mapping grows by mremap, which moves its pages instead of
+// copying them into new ones. So a table doubled k times first touches its final bytes once, where a copy
+// first touched about twice as many: on a virtual machine whose host backs a page when it is first touched, those
+// touches cost more than the copies themselves (hvd_w2v/bench/README.md, "Tables grown in place").
 template <class T>
-struct HugePages {
-  using value_type = T;
+class Zeroed {
+ public:
+  explicit Zeroed(size_t n) : data_(allocate(n)), n_(n) {}
+  ~Zeroed() { release(data_, n_); }
+  Zeroed(const Zeroed&) = delete;
+  Zeroed& operator=(const Zeroed&) = delete;
+  Zeroed(Zeroed&& other) noexcept : data_(other.data_), n_(other.n_) { other.data_ = nullptr, other.n_ = 0; }
+  Zeroed& operator=(Zeroed&& other) noexcept {
+    swap(other);
+    return *this;
+  }
+
+  size_t size() const { return n_; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  T* begin() { return data_; }
+  T* end() { return data_ + n_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + n_; }
+  void swap(Zeroed& other) {
+    std::swap(data_, other.data_);
+    std::swap(n_, other.n_);
+  }
+
+  // ``n`` elements (n >= size()): the first size() as they were, the others zero.
+  void grow(size_t n) {
+    if (n <= n_) return;
+    if (!mapped(n_)) {
+      T* p = allocate(n);
+      std::memcpy(p, data_, n_ * sizeof(T));
+      release(data_, n_);
+      data_ = p, n_ = n;
+      return;
+    }
+    const size_t before = bytes(n_), after = bytes(n);
+    void* p = mremap(data_, before, after, 0);  // in place, where the addresses after it are free
+    if (p == MAP_FAILED) {  // else its pages moved to the start of a new aligned range
+      void* to = region(after);
+      p = mremap(data_, before, after, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+      if (p == MAP_FAILED) {
+        munmap(to, after);
+        throw std::bad_alloc();
+      }
+    }
+    madvise(static_cast<char*>(p) + before, after - before, MADV_HUGEPAGE);  // advice only
+    data_ = static_cast<T*>(p), n_ = n;
+  }
+
+ private:
   static constexpr size_t HUGE_PAGE = size_t(1) << 21;
-  HugePages() = default;
-  template <class U>
-  HugePages(const HugePages<U>&) {}
-  T* allocate(size_t n) {
-    const size_t bytes = n * sizeof(T);
-    if (bytes < HUGE_PAGE) return static_cast<T*>(::operator new(bytes));
-    void* p = std::aligned_alloc(HUGE_PAGE, (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
-    if (!p) throw std::bad_alloc();
-    madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
+  T* data_;
+  size_t n_;
+
+  static bool mapped(size_t n) { return n * sizeof(T) >= HUGE_PAGE; }
+  static size_t bytes(size_t n) { return (n * sizeof(T) + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+  // A zero anonymous mapping of ``size`` bytes (a multiple of HUGE_PAGE) that starts on a huge page.
+  static void* region(size_t size) {
+    char* p = static_cast<char*>(mmap(nullptr, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                      -1, 0));
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    char* q = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+    if (q > p) munmap(p, q - p);
+    munmap(q + size, p + HUGE_PAGE - q);
+    return q;
+  }
+  static T* allocate(size_t n) {
+    if (!mapped(n)) {
+      void* p = std::calloc(std::max<size_t>(n, 1), sizeof(T));
+      if (!p) throw std::bad_alloc();
+      return static_cast<T*>(p);
+    }
+    void* p = region(bytes(n));
+    madvise(p, bytes(n), MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
     return static_cast<T*>(p);
   }
-  void deallocate(T* p, size_t n) {
-    if (n * sizeof(T) < HUGE_PAGE)
-      ::operator delete(p);
+  static void release(T* p, size_t n) {
+    if (mapped(n))
+      munmap(p, bytes(n));
     else
       std::free(p);
   }
-  template <class U>
-  bool operator==(const HugePages<U>&) const { return true; }
-  template <class U>
-  bool operator!=(const HugePages<U>&) const { return false; }
 };
 
 // Words (bytes) -> int64 values, by open addressing (linear probing) over a power-of-two array of slots,
@@ -446,9 +507,8 @@ class alignas(64) Table {
     return slot.length <= 8 ? reinterpret_cast<const unsigned char*>(&slot.word) : bytes_.data() + slot.word;
   }
 
-  // Room for ``n`` words, ``bytes`` of them in words over 8 bytes, made at once in an empty table: no growth
-  // (a growth holds the old slots and the twice as many new ones at once), no spare capacity beyond the
-  // slots' power of two.
+  // Room for ``n`` words, ``bytes`` of them in words over 8 bytes, made at once in an empty table: no growth,
+  // no spare capacity beyond the slots' power of two.
   void reserve(int64_t n, int64_t bytes) {
     if (!where_.empty()) return;
     uint64_t size = slots_.size();
@@ -485,24 +545,48 @@ class alignas(64) Table {
   }
 
  private:
-  using Slots = std::vector<Slot, HugePages<Slot>>;
+  using Slots = Zeroed<Slot>;
   Slots slots_;
   uint64_t mask_;
   std::vector<uint64_t> where_;  // the slot of each word, by number
   std::vector<unsigned char> bytes_;  // the words longer than 8 bytes, end to end
   int64_t bytes_total_ = 0;  // the bytes of all words
 
+  // Twice the slots, in place (Zeroed::grow keeps the old ones at the front): the words move to their places
+  // under the new mask a run at a time, each run of full slots taken out and put back. A word's new home is its
+  // old one or that plus the old size, and the words of a run that does not wrap round the old end stay within
+  // the run's slots or the same slots of the new half, so no word put back passes over a slot whose word has
+  // yet to move (moved later, it would leave a hole before it). The run that wraps round the old end, if any,
+  // is taken out first and put back last.
   void grow() {
-    Slots old(2 * slots_.size());
-    old.swap(slots_);
-    mask_ = slots_.size() - 1;
-    for (uint64_t& w : where_) {
-      const Slot& s = old[w];
+    const uint64_t m = slots_.size();
+    slots_.grow(2 * m);
+    mask_ = 2 * m - 1;
+    std::vector<Slot> run, wrapped;
+    auto take = [&](uint64_t i, std::vector<Slot>& into) {
+      into.push_back(slots_[i]);
+      slots_[i].length = 0;
+    };
+    auto put = [&](const Slot& s) {
       uint64_t i = s.hash & mask_;
       while (slots_[i].length) i = (i + 1) & mask_;
       slots_[i] = s;
-      w = i;
+      where_[s.number] = i;
+    };
+    if (slots_[m - 1].length && slots_[0].length) {  // a table two thirds full at most has an empty slot
+      for (uint64_t i = m - 1; slots_[i].length; --i) take(i, wrapped);
+      for (uint64_t i = 0; slots_[i].length; ++i) take(i, wrapped);
     }
+    for (uint64_t i = 0; i < m;) {
+      if (!slots_[i].length) {
+        ++i;
+        continue;
+      }
+      run.clear();
+      for (; i < m && slots_[i].length; ++i) take(i, run);
+      for (const Slot& s : run) put(s);
+    }
+    for (const Slot& s : wrapped) put(s);
   }
 };
 

@@ -147,7 +147,7 @@ def test_measured_peak_is_within_15_percent_of_the_plan(tmp_path, corpus):
 
 def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     """The count's part: the reading (on one rank with the block's provisional stream), then the compiled
-    table's slots (a power of two, two thirds full at most, 1.5 times their bytes at their last growth) and the
+    table's slots (a power of two, two thirds full at most, grown in place: their bytes alone) and the
     fitted bytes of each distinct token hash-owned."""
     passes, block = memory.COMPILED, 10 << 20
     reading = (passes.count_read + passes.numbered_read) * memory.BLOCK_BYTES  # a block of 8 MiB at most
@@ -155,8 +155,7 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     for owned, slots in [(10, 16), (100_000, 1 << 18), (1_000_000, 1 << 21), (2_796_202, 1 << 22),
                          (2_796_203, 1 << 23), (4_000_000, 1 << 23)]:
         assert memory.table_slots(owned) == slots
-        grown = 48 * slots if slots > 16 else 32 * slots
-        assert memory.counting_bytes(owned, 1, corpus_bytes=block) == reading + grown + passes.owned_word * owned
+        assert memory.counting_bytes(owned, 1, corpus_bytes=block) == reading + 32 * slots + passes.owned_word * owned
     # Python's counts: a dict, fitted per distinct token alone.
     assert memory.counting_bytes(10**6, 1, corpus_bytes=block, passes=memory.PYTHON) == \
         memory.PYTHON.count_read * memory.BLOCK_BYTES + memory.PYTHON.owned_word * 10**6
@@ -199,8 +198,9 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
 
 
 def test_the_plans_table_grows_where_the_kernels_does():
-    """A compiled count table's resident peak jumps by half its new slots' bytes (old and new at once) where
-    the plan's table_slots doubles: one word past two thirds of 2^20 slots adds about 48 MiB."""
+    """A compiled count table's resident peak jumps by its old slots' bytes where the plan's table_slots doubles
+    (it grows in place: never old and new slots at once): one word past two thirds of 2^20 slots adds about
+    32 MiB."""
     import numpy as np
 
     from hvd_w2v import native
@@ -223,7 +223,7 @@ def test_the_plans_table_grows_where_the_kernels_does():
         return grown
 
     assert memory.table_slots(limit) == 1 << 20 and memory.table_slots(limit + 1) == 1 << 21
-    planned = memory.table_bytes(limit + 1) - memory.table_bytes(limit)  # 48 MiB: 1.5 x 2^20 more slots of 32 B
+    planned = memory.table_bytes(limit + 1) - memory.table_bytes(limit)  # 32 MiB: 2^20 more slots of 32 B
     # Other pages of the process may be counted in a peak now and then (63.6 MiB once, in a whole-suite run on
     # a busy machine): up to three tries, and one within the bounds shows the jump where the plan has it. A
     # table that grew elsewhere would jump by nothing here, or by another size, in every try.

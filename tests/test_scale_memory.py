@@ -141,12 +141,13 @@ def test_no_rank_holds_the_whole_vocabulary(big_corpus):
     process holds every distinct word; the vocabulary (ids, words, counts) is the same on both.
 
     Measured before the rounds (each rank counted its whole range in one Counter): 285 MiB at 1 rank and
-    164 MiB on each of 4 ranks, 0.58x; with them, 222 and 80-82 MiB, 0.37x."""
+    164 MiB on each of 4 ranks, 0.58x; with them, 222 and 80-82 MiB, 0.37x; with the compiled tables grown in
+    place (never their old and new slots at once), 118 and 44-48 MiB, 0.41x."""
     one, four = probe(1, big_corpus), probe(4, big_corpus)
     print(f"vocab.build of {one['size']:,} words ({one['distinct']:,} distinct): growth MiB at 1 rank "
           f"{one['growth_mib']}, at 4 ranks {four['growth_mib']}; seconds {one['seconds']} and {four['seconds']}")
     (alone,) = one["growth_mib"]
-    assert alone > 150, one  # the whole vocabulary in one process: well above any per-rank bound
+    assert alone > 100, one  # the whole vocabulary in one process: well above any per-rank bound
     assert max(four["growth_mib"]) < 0.5 * alone, (one, four)
     want = expected_kept(**BIG)
     assert abs(one["size"] - want) < 0.01 * want, (one["size"], want)
