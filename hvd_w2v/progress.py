@@ -103,7 +103,8 @@ class Reading:
         rate = done / max(now - self.start, 1e-9)
         eta = (self.total - done) / rate if rate else 0
         self.log(f"{self.what}: {100 * done / self.total:.0f}% of rank 0's {readable_bytes(self.total)} read, "
-                 f"{readable_bytes(rate)}/s per rank, {readable_bytes(rate / self.threads)}/s per thread, eta {eta:,.0f} s")
+                 f"{readable_bytes(rate)}/s per rank, {readable_bytes(rate / self.threads)}/s per thread, "
+                 f"eta {eta:,.0f} s")
 
 
 def slowest_lag(work, steps):
