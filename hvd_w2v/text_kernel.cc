@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -1086,15 +1087,15 @@ void hvd_w2v_count_order(const int64_t* counts, const uint64_t* hashes, int64_t 
     }
   };
   std::vector<Key> keys(n);
-  threads = std::max<int64_t>(threads, 1);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > (1 << 16))
+  const bool parallel = threads > 1 && n > (1 << 16);
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i) keys[i] = {-counts[i], hashes[i], i};
-  if (threads > 1 && n > (1 << 16))
+  if (parallel)
     __gnu_parallel::sort(keys.begin(), keys.end(), std::less<Key>(),
                          __gnu_parallel::multiway_mergesort_tag(static_cast<int>(threads)));
   else
     std::sort(keys.begin(), keys.end());
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > (1 << 16))
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i) order[i] = keys[i].number;
 }
 
@@ -1251,25 +1252,24 @@ int64_t hvd_w2v_scan_ids(void* scan_, const int64_t* ids, const int64_t* order, 
 }
 
 // Words numbered which[0:m] of those laid end to end in ``words`` by ``lengths`` (n of them), in that order,
-// into out_words and out_lengths, on ``threads``, each a share of ``which`` (its reads are at random places).
+// into out_words; ``picked`` holds their lengths (lengths[which[k]], which the caller sizes out_words by). On
+// ``threads``, each a share of ``which`` (its reads are at random places), placed by the bytes before it.
 void hvd_w2v_gather_words(const unsigned char* words, const int64_t* lengths, int64_t n, const int64_t* which,
-                          int64_t m, unsigned char* out_words, int64_t* out_lengths, int64_t threads) {
+                          int64_t m, unsigned char* out_words, const int64_t* picked, int64_t threads) {
   const std::vector<int64_t> start = starts(lengths, n);
   threads = std::max<int64_t>(1, std::min<int64_t>(threads, m / (1 << 14) + 1));
   std::vector<int64_t> into(threads + 1, 0);  // where each thread's share of the words starts in out_words
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int64_t t = omp_get_thread_num(), lo = m * t / threads, hi = m * (t + 1) / threads;
-    int64_t bytes = 0;
-    for (int64_t k = lo; k < hi; ++k) bytes += out_lengths[k] = lengths[which[k]];
-    into[t + 1] = bytes;
+    into[t + 1] = std::accumulate(picked + lo, picked + hi, int64_t{0});
 #pragma omp barrier
 #pragma omp single
     for (int64_t u = 0; u < threads; ++u) into[u + 1] += into[u];
     unsigned char* o = out_words + into[t];
     for (int64_t k = lo; k < hi; ++k) {
-      std::memcpy(o, words + start[which[k]], out_lengths[k]);
-      o += out_lengths[k];
+      std::memcpy(o, words + start[which[k]], picked[k]);
+      o += picked[k];
     }
   }
 }
