@@ -728,7 +728,9 @@ struct Counts {
   // tokens) each. Every list is written by one thread at a time and starts a cache line of its own: two threads
   // writing one line would take it from each other at every token.
   struct Token {  // a token handed to its word's owner
-    const unsigned char* at;
+    // The word itself when it has at most 8 bytes (inline_word), else the address of its bytes: the owner then
+    // reads no text for a short word (the finder's part, by then out of its caches).
+    uint64_t word;
     uint64_t hash;
     int32_t* number;  // where the token's number goes (hvd_w2v_counts_add_numbered), or null
     uint32_t length;
@@ -835,7 +837,8 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
           ++slot.value;
           if (o) o[k++] = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         } else {
-          me.tokens[p].push_back({text + start, h, o ? o + k++ : nullptr, length});
+          const uint64_t word = length <= 8 ? x : reinterpret_cast<uint64_t>(text + start);
+          me.tokens[p].push_back({word, h, o ? o + k++ : nullptr, length});
         }
       }, [&] {
         if (o) o[k++] = -1;
@@ -847,7 +850,7 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
       }
       written[t] = k;
 #pragma omp barrier
-      constexpr int AHEAD = 8;
+      constexpr int AHEAD = 24;  // slots asked for ahead: a hand-over's loop is short, its misses many at once
       for (int64_t f = 0; f < parts; ++f) {
         auto& words = c.finders[f].words[t];
         const int64_t size = words.size();
@@ -864,8 +867,9 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
         for (int64_t i = 0; i < tokens; ++i) {
           if (i + AHEAD < tokens) table.prefetch(list[i + AHEAD].hash);
           const Counts::Token& token = list[i];
-          Table::Slot& slot = table.slot_of(token.at, token.length, token.hash,
-                                            token.length <= 8 ? inline_word(token.at, token.length) : 0, 0);
+          const bool short_word = token.length <= 8;
+          Table::Slot& slot = table.slot_of(short_word ? nullptr : reinterpret_cast<const unsigned char*>(token.word),
+                                            token.length, token.hash, short_word ? token.word : 0, 0);
           ++slot.value;
           if (token.number) *token.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
         }
