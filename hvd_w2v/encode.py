@@ -54,8 +54,8 @@ def encode(comm, paths, vocab, outdir, log=lambda m: None, reading=True):
              if reading and comm.rank == 0 and provisional is None else None)
     readers = corpus.readers(pieces, comm.threads) if lib is not None and provisional is None else 1
     if provisional is not None:  # counted in one pass (vocab.build's ``numbered``): its numbers turned into ids
-        numbers, ids = provisional
-        blocks = ((0, stream) for stream in numbers.streams(lib, ids, SENTENCE_END, comm.threads))
+        numbers, ids, below = provisional
+        blocks = ((0, stream) for stream in numbers.streams(lib, ids, SENTENCE_END, comm.threads, below))
         part = lambda comm, vocab, stream: np.empty(0, np.int32) if stream is None else stream  # noqa: E731
     elif lib is not None:  # the compiled passes: each block's tokens numbered, looked up and turned into ids there
         blocks = corpus.read_ahead(pieces, readers, shown)  # checked there, 1 thread a block
@@ -229,9 +229,10 @@ class Provisional(PieceIds):
             except OSError:
                 pass
 
-    def streams(self, lib, ids, sentence_end, threads=1):
+    def streams(self, lib, ids, sentence_end, threads=1, below=None):
         """The id stream in chunks (int32 arrays), in piece order: number x as ``ids[x]`` (-1: dropped), -1 as
-        ``sentence_end`` (native.remap, on ``threads``). Removes each piece's file once read."""
+        ``sentence_end``, private index j (-2 - j) as ``below[j]`` (native.remap, on ``threads``). Removes each
+        piece's file once read."""
         self.close()
         for i in sorted(self.made):
             try:
@@ -240,7 +241,7 @@ class Provisional(PieceIds):
                         numbers = np.fromfile(f, np.int32, self.CHUNK)
                         if not len(numbers):
                             break
-                        yield native.remap(lib, numbers, ids, sentence_end, threads)
+                        yield native.remap(lib, numbers, ids, sentence_end, threads, below)
                 os.remove(self.name(i))
             except OSError as e:
                 raise UserError(f"cannot read {self.name(i)}: {e.strerror or e}") from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from .corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from .encode import Provisional
 from .errors import UserError
+from .native import PRIVATE_WORDS
 from .vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes, pending_bytes  # no TensorFlow behind them
 from .wording import counted
 
@@ -130,6 +131,14 @@ def table_bytes(words, tables=1):
     return tables * SLOT_BYTES * table_slots(math.ceil(words / tables))
 
 
+def private_bytes(owned, ranks, threads):
+    """The compiled count's tables of each thread's own, on a rank of more than one thread: each holds the
+    distinct tokens its thread meets first, native.PRIVATE_WORDS at most, and a rank that hash-owns ``owned`` of
+    ``ranks`` meets at most owned x ranks; their slots and 8 B a word of their order."""
+    words = min(PRIVATE_WORDS, owned * ranks)
+    return threads * (table_bytes(words) + 8 * words) if threads > 1 else 0
+
+
 def block_bytes(ranks, corpus_bytes=None):
     """The text a rank reads at a time: a corpus.BLOCK_BYTES block, or its share of the corpus when smaller
     (``corpus_bytes`` None: unknown, as for gzip files: a full block)."""
@@ -147,12 +156,12 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, 
     """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
     reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
     (vocab.partial_bytes), and the owned counts, in ``threads`` tables (on one rank the partial tables are the
-    owned ones: vocab.count); and with the compiled passes the provisional stream (the encoding in the same
-    pass; planned whether or not the job encodes): on one rank the block's (passes.numbered_read), on several
-    the numbers held between two rounds (vocab.pending_bytes)."""
+    owned ones: vocab.count) and each thread's own (:func:`private_bytes`); and with the compiled passes the
+    provisional stream (the encoding in the same pass; planned whether or not the job encodes): on one rank the
+    block's (passes.numbered_read), on several the numbers held between two rounds (vocab.pending_bytes)."""
     own = passes.owned_word * owned
     if passes.tables:
-        own += table_bytes(owned, threads)
+        own += table_bytes(owned, threads) + private_bytes(owned, ranks, threads)
     read = passes.count_read + (passes.numbered_read if ranks == 1 else 0)
     rounds = partial_bytes(threads, passes.tables) + (pending_bytes(threads) if passes.numbered_read else 0)
     return reading_bytes(read, ranks, threads, corpus_bytes, readers, passes) + (rounds if ranks > 1 else 0) + own

@@ -521,12 +521,13 @@ def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1):
 
 TEXT_FUNCTIONS = {"hvd_w2v_hash64": ([P, I64], U64),
                   "hvd_w2v_check_text": ([P, I64, I64, P], I64),
-                  "hvd_w2v_counts_new": ([I64], P), "hvd_w2v_counts_free": ([P], None),
+                  "hvd_w2v_counts_new": ([I64, I64], P), "hvd_w2v_counts_free": ([P], None),
                   "hvd_w2v_counts_add_text": ([P, P, I64], I64),
                   "hvd_w2v_counts_add_numbered": ([P, P, I64, P, I64, P], I64),
-                  "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32, I64], I64),
+                  "hvd_w2v_remap": ([P, I64, P, I64, ctypes.c_int32, I64, P, I64], I64),
                   "hvd_w2v_counts_add_words": ([P, P, P, P, I64, P], None),
                   "hvd_w2v_counts_size": ([P], I64), "hvd_w2v_counts_sizes": ([P, P], I64),
+                  "hvd_w2v_counts_merge": ([P, I64], I64), "hvd_w2v_counts_aliases": ([P, P], None),
                   "hvd_w2v_counts_export": ([P, I64, I64, P, P, P, P, P, I64, P, I64], None),
                   "hvd_w2v_hash_words": ([P, P, I64, P, I64], None),
                   "hvd_w2v_count_order": ([P, P, I64, P, I64], None),
@@ -632,14 +633,20 @@ def count_lines(lib, words, counts):
     return out[:m].tobytes(), lengths
 
 
-class Counts:
-    """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count).
-    Memory: 32 B slots, a power of two of them, at most two thirds full (grown in place: memory.table_bytes), 8 B
-    a word of its order and the bytes of words over 8 bytes."""
+# The most words a thread of the compiled count (on more than one) counts in a table of its own before it hands
+# its tokens to their words' owners: 8 MiB of slots (memory.private_bytes).
+PRIVATE_WORDS = 1 << 17
 
-    def __init__(self, lib, threads=1):
+
+class Counts:
+    """Word counts in compiled tables, one per thread: a rank's partial counts, or an owner's (vocab.count);
+    on more than one thread, each thread also counts the words it meets first, ``private_words`` at most, in a
+    table of its own until :meth:`take`. Memory: 32 B slots, a power of two of them, at most two thirds full
+    (grown in place: memory.table_bytes), 8 B a word of its order and the bytes of words over 8 bytes."""
+
+    def __init__(self, lib, threads=1, private_words=PRIVATE_WORDS):
         self.lib, self.threads = lib, max(threads, 1)
-        self.handle = lib.hvd_w2v_counts_new(self.threads)
+        self.handle = lib.hvd_w2v_counts_new(self.threads, private_words)
 
     def add_text(self, block, start=0, end=None):
         """Count the tokens of ``block[start:end]`` (bytes of checked text, whole tokens at both ends); returns
@@ -680,7 +687,8 @@ class Counts:
         return numbers
 
     def __len__(self):
-        """Distinct words summed over the threads' tables."""
+        """Words summed over the threads' tables: the distinct words, or more while a word is in several threads'
+        own tables (text_kernel.cc's Counts) until :meth:`take` adds them up."""
         return self.lib.hvd_w2v_counts_size(self.handle)
 
     def take(self, ranks, keep=True, hashed=True, numbered=False, quick=False):
@@ -688,7 +696,12 @@ class Counts:
         hashes uint64, per_dest int64[ranks]); the tables are left empty (their memory kept when ``keep``).
         Not ``hashed``: in no order, all to rank 0, hashes left unset (the words' own owner). ``quick``: by the
         owner of the tables' quick hash instead, no BLAKE2b (``hashes`` the quick hashes). ``numbered``: and
-        each word's provisional number (int64, :meth:`add_numbered`'s) after them."""
+        after them each word's provisional number (int64, :meth:`add_numbered`'s numbers >= 0) and the
+        aliases: the provisional number of each private index j, which :meth:`add_numbered` writes as -2 - j
+        for a token its thread counted in a table of its own (int64, -1 for an index no word had; empty on
+        one thread)."""
+        aliases = np.empty(self.lib.hvd_w2v_counts_merge(self.handle, int(keep)), np.int64)
+        self.lib.hvd_w2v_counts_aliases(self.handle, aliases.ctypes.data)
         size = ctypes.c_int64()
         n = self.lib.hvd_w2v_counts_sizes(self.handle, ctypes.byref(size))
         words, lengths = np.empty(size.value, np.uint8), np.empty(n, np.int64)
@@ -698,7 +711,7 @@ class Counts:
                                        counts.ctypes.data, hashes.ctypes.data if hashed else None,
                                        per_dest.ctypes.data, int(keep), numbers.ctypes.data if numbered else None,
                                        int(quick))
-        return (words, lengths, counts, hashes, per_dest) + ((numbers,) if numbered else ())
+        return (words, lengths, counts, hashes, per_dest) + ((numbers, aliases) if numbered else ())
 
     def __del__(self):
         if getattr(self, "handle", None):
@@ -706,15 +719,23 @@ class Counts:
             self.handle = None
 
 
-def remap(lib, numbers, ids, sentence_end, threads=1):
-    """The id stream of ``numbers`` (int32, Counts.add_numbered's), in place, on ``threads``: number x becomes
-    ``ids[x]`` (int32; -1: dropped), -1 becomes ``sentence_end``. Returns the stream, a view of ``numbers``."""
+def remap(lib, numbers, ids, sentence_end, threads=1, below=None):
+    """The id stream of ``numbers`` (int32, Counts.add_numbered's), in place, on ``threads``: number x >= 0
+    becomes ``ids[x]`` (int32; -1: dropped), -1 becomes ``sentence_end``, and a private index j, written -2 - j,
+    becomes ``below[j]`` (int32: the ids of Counts.take's aliases). Returns the stream, a view of ``numbers``."""
     numbers, ids = np.ascontiguousarray(numbers, np.int32), np.ascontiguousarray(ids, np.int32)
+    below = np.ascontiguousarray(np.zeros(0, np.int32) if below is None else below, np.int32)
     m = lib.hvd_w2v_remap(numbers.ctypes.data, len(numbers), ids.ctypes.data, len(ids), sentence_end,
-                          max(threads, 1))
+                          max(threads, 1), below.ctypes.data, len(below))
     if m < 0:
-        raise ValueError(f"a provisional number outside [-1, {len(ids)})")
+        raise ValueError(f"a provisional number outside [{-1 - len(below)}, {len(ids)})")
     return numbers[:m]
+
+
+def aliased(by_number, aliases):
+    """The values of ``by_number`` (indexed by provisional number) at each of Counts.take's ``aliases``, -1
+    where one is -1: what :func:`remap`'s ``below`` takes."""
+    return np.where(aliases >= 0, by_number[np.maximum(aliases, 0)], -1).astype(by_number.dtype)
 
 
 class WordIds:

@@ -7,7 +7,8 @@
 //     strict decoder reports: where the longest valid prefix ends).
 //   Counts (hvd_w2v_counts_*): word -> count tables, one per thread, that a block's tokens are added to and
 //     that a round exports ordered by the owner of the tables' quick hash (quick_owner), or by hash owner
-//     (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest);
+//     (vocab.hash_owner of vocab.hash64: BLAKE2b, 8-byte digest); on more than one thread, each thread also
+//     counts the words it meets first in a table of its own, added to the others when the counts are read;
 //     on one rank a block's tokens can also be numbered as they are counted (hvd_w2v_counts_add_numbered),
 //     numbers that hvd_w2v_remap turns into ids once the vocabulary is known: the encoding in the same pass.
 //   Lookup (hvd_w2v_lookup_*): a hash owner's word -> id, asked for many words at once.
@@ -15,8 +16,8 @@
 //     words and its newlines, the distinct words ordered by hash owner (to ask their ids), then the block's
 //     ids. On one rank, hvd_w2v_encode_local looks each token up as it finds it.
 // Threads split a block at whitespace bytes (a token belongs to the part that holds its first byte); no
-// table is written by two threads (a count's tables are split by hash, a scan's numbers renumbered after), so
-// no count, id or error offset depends on the thread count.
+// table is written by two threads (a count's tables are split by hash or a thread's own, a scan's numbers
+// renumbered after), so no count, id or error offset depends on the thread count.
 // Called through ctypes by hvd_w2v/native.py, which checks the arrays first; built there with g++ -fopenmp.
 #include <immintrin.h>
 #include <omp.h>
@@ -712,21 +713,20 @@ namespace {
 
 // -- counts -------------------------------------------------------------------------------------------------
 
-// The words a finder counts in its own table in a segment (Counts::Finder::seen, 1 MiB of slots at most): the
-// segment's most frequent words on natural text, whose tokens are then handed over once a word, not once a
-// token. Once it is full, a finder stops asking it for the rest of the segment when the tokens it did not hold
-// pass half of those it held, and 256 (a flat vocabulary, where nearly every word is new). Its room for the
-// next segment is then a quarter (LEAST_SEEN at least), else twice (SEEN_WORDS at most): on a flat vocabulary
-// the words it takes in before it stops, each counted twice, are few.
-constexpr int64_t SEEN_WORDS = 1 << 14, LEAST_SEEN = 1 << 10;
-
 // A rank's counts: one table per thread, each holding the words whose quick hash it owns (part_of), so no word
-// is in two tables and no table is written by two threads.
+// is in two tables and no table is written by two threads; and on more than one thread, each thread's own
+// table of the words it met first (Finder::mine), added to the owners' tables when the counts are read
+// (merge_private).
 struct Counts {
   std::vector<Table> tables;
-  // Scratch of count_text on more than one thread, a finder (a thread cutting its part of a segment into
-  // tokens) each. Every list is written by one thread at a time and starts a cache line of its own: two threads
-  // writing one line would take it from each other at every token.
+  // The most words a finder counts in a table of its own (Finder::mine) before its tokens go to their words'
+  // owners (hvd_w2v_counts_new's ``private_words``): on natural text the first words a thread meets hold nearly
+  // all of its tokens, which it then counts without waiting for another thread; on a flat vocabulary, most
+  // words rare, the table fills and the rest of the tokens go to their owners.
+  int64_t private_words = 0;
+  // count_text's on more than one thread, a finder (a thread cutting its part of a segment into tokens) each.
+  // Every list is written by one thread at a time and starts a cache line of its own: two threads writing one
+  // line would take it from each other at every token.
   struct Token {  // a token handed to its word's owner
     // The word itself when it has at most 8 bytes (inline_word), else the address of its bytes: the owner then
     // reads no text for a short word (the finder's part, by then out of its caches).
@@ -735,24 +735,15 @@ struct Counts {
     int32_t* number;  // where the token's number goes (hvd_w2v_counts_add_numbered), or null
     uint32_t length;
   };
-  struct Word {  // a word that a finder's ``seen`` counted in a segment, handed to its owner with its count
-    const unsigned char* at;
-    uint64_t hash;
-    int64_t count;
-    uint32_t length;
-    uint32_t seen;  // its number in ``seen``
-    int32_t number;  // its provisional number, which the owner writes
-  };
   struct alignas(64) Tokens : std::vector<Token> {};
-  struct alignas(64) Words : std::vector<Word> {};
   struct alignas(64) Finder {
-    Table seen;  // the segment's words while they fit in ``room``, counted here and handed over once each
+    Table mine;  // the words this thread met first (private_words at most), counted here until merge_private
     std::vector<Tokens> tokens;  // by the table they go to
-    std::vector<Words> words;  // by the table they go to
-    std::vector<int32_t> number;  // the provisional numbers of seen's words, by their number there
-    int64_t room = SEEN_WORDS;  // the words ``seen`` may take in this segment
   };
   std::vector<Finder> finders;
+  // After merge_private: the provisional number (provisional_number) that each private number (private_index)
+  // became, -1 for a private index no word had.
+  std::vector<int64_t> aliases;
 };
 
 inline int64_t part_of(uint64_t h, int64_t parts) {
@@ -770,23 +761,28 @@ inline int64_t quick_owner(uint64_t h, int64_t ranks) {
 // pass writes for each token (count_text) and the export gives each word (hvd_w2v_counts_export).
 inline int64_t provisional_number(int64_t table, int64_t parts, int64_t number) { return table + parts * number; }
 
+// The same for word number ``number`` of finder ``finder``'s own table (Counts::Finder::mine): the one pass
+// writes -2 - it for the token (below the -1 of a newline), and Counts::aliases gives its provisional number
+// once merged.
+inline int64_t private_index(int64_t finder, int64_t parts, int64_t number) { return finder + parts * number; }
+
 // Text a thread cuts into tokens before the tables take them, on more than one thread: bounds the scratch
-// (32 B a token) whatever the text's size.
+// (32 B a token handed over) whatever the text's size.
 constexpr int64_t SEGMENT_BYTES = 1 << 20;
 
 // hvd_w2v_counts_add_text and hvd_w2v_counts_add_numbered: the tokens of text[0, n) counted, their number in
 // *tokens; with ``out``, the block's provisional numbers written there, their count returned.
 //
 // On more than one thread, segment after segment of SEGMENT_BYTES a thread, each thread (a finder) cuts its
-// part of the segment into tokens and counts them in its own small table (``seen``) while they fit, where
-// natural text's frequent words are counted without leaving the thread; a token that does not fit goes to its
-// word's table (part_of) at once when the thread owns it, else to a list for that table's thread. Then each
-// thread adds to its table the words every finder's ``seen`` holds for it, with their counts, and the tokens
-// handed to it. Numbers: a finder writes its part's numbers from its first byte's place in ``out`` (a part has
-// fewer tokens and newlines than bytes): a seen word's as -2 - its number in ``seen``, turned into its
-// provisional number once the owners have written those, and a handed token's number is written by its owner in
-// its place. The parts are then moved together. A word's tokens may take all three ways in one segment: its
-// counts add up in its table.
+// part of the segment into tokens and counts them in its own table (``mine``) while it has room
+// (c.private_words words), writing for each -2 - its private_index: no thread waits for another. A token whose
+// word it does not hold once its table is full goes to its word's table (part_of) at once when the thread owns
+// it, else to a list for that table's thread; a finder stops asking its own table for the rest of a segment
+// once the tokens it did not hold pass half of those it held, and 256 (a flat vocabulary). When any token was
+// handed over, each thread then adds those handed to it, writing each one's provisional number in its place:
+// a finder writes its part's numbers from its first byte's place in ``out`` (a part has fewer tokens and
+// newlines than bytes), and the parts are then moved together. A word may be counted in several finders'
+// tables and in its owner's: merge_private adds them up when the counts are read.
 int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out, int64_t* tokens) {
   const int64_t parts = c.tables.size();
   int64_t m = 0;
@@ -807,26 +803,23 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
     int64_t hi = std::min(n, lo + SEGMENT_BYTES * parts);
     while (hi < n && !WS.is[text[hi - 1]]) ++hi;
     std::vector<int64_t> at = cuts(text + lo, hi - lo, parts);
-    int64_t found = 0;
-#pragma omp parallel num_threads(parts) reduction(+ : found)
+    int64_t found = 0, handed = 0;
+#pragma omp parallel num_threads(parts) reduction(+ : found, handed)
     {
       const int64_t t = omp_get_thread_num();
       Table& table = c.tables[t];
       Counts::Finder& me = c.finders[t];
-      me.seen.clear(true);
-      me.seen.reserve(SEEN_WORDS, 16 * SEEN_WORDS);
       for (auto& list : me.tokens) list.clear();
-      for (auto& list : me.words) list.clear();
       int32_t* o = out ? out + lo + at[t] : nullptr;
-      int64_t k = 0, held = 0, passed = 0;  // tokens seen held, and not, once full
+      int64_t k = 0, held = 0, passed = 0;  // tokens its own table held, and not
       bool asking = true;
-      found = batched_tokens([&](uint64_t h) { asking ? me.seen.prefetch(h) : table.prefetch(h); }, text,
+      found = batched_tokens([&](uint64_t h) { asking ? me.mine.prefetch(h) : table.prefetch(h); }, text,
                              lo + at[t], lo + at[t + 1], [&](int64_t start, uint32_t length, uint64_t h, uint64_t x) {
         if (asking) {
-          if (Table::Slot* slot = me.seen.bounded_slot(text + start, length, h, x, me.room)) {
+          if (Table::Slot* slot = me.mine.bounded_slot(text + start, length, h, x, c.private_words)) {
             ++slot->value;
             ++held;
-            if (o) o[k++] = -2 - static_cast<int32_t>(slot->number);
+            if (o) o[k++] = static_cast<int32_t>(-2 - private_index(t, parts, slot->number));
             return;
           }
           asking = ++passed <= held / 2 + 256;
@@ -839,48 +832,32 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
         } else {
           const uint64_t word = length <= 8 ? x : reinterpret_cast<uint64_t>(text + start);
           me.tokens[p].push_back({word, h, o ? o + k++ : nullptr, length});
+          ++handed;
         }
       }, [&] {
         if (o) o[k++] = -1;
       });
-      me.room = asking ? std::min(2 * me.room, SEEN_WORDS) : std::max(me.room / 4, LEAST_SEEN);
-      for (int64_t w = 0; w < me.seen.size(); ++w) {  // its words alone: a small part's are few of its slots
-        const Table::Slot& s = me.seen.slot(w);
-        me.words[part_of(s.hash, parts)].push_back({me.seen.word(s), s.hash, s.value, s.length, s.number, 0});
-      }
       written[t] = k;
-#pragma omp barrier
-      constexpr int AHEAD = 24;  // slots asked for ahead: a hand-over's loop is short, its misses many at once
-      for (int64_t f = 0; f < parts; ++f) {
-        auto& words = c.finders[f].words[t];
-        const int64_t size = words.size();
-        for (int64_t i = 0; i < size; ++i) {
-          if (i + AHEAD < size) table.prefetch(words[i + AHEAD].hash);
-          Counts::Word& w = words[i];
-          Table::Slot& slot = table.slot_of(w.at, w.length, w.hash, w.length <= 8 ? inline_word(w.at, w.length) : 0, 0);
-          slot.value += w.count;
-          w.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
+    }
+    if (handed) {
+#pragma omp parallel num_threads(parts)
+      {
+        const int64_t t = omp_get_thread_num();
+        Table& table = c.tables[t];
+        constexpr int AHEAD = 24;  // slots asked for ahead: a hand-over's loop is short, its misses many at once
+        for (int64_t f = 0; f < parts; ++f) {
+          const auto& list = c.finders[f].tokens[t];
+          const int64_t size = list.size();
+          for (int64_t i = 0; i < size; ++i) {
+            if (i + AHEAD < size) table.prefetch(list[i + AHEAD].hash);
+            const Counts::Token& token = list[i];
+            const bool short_word = token.length <= 8;
+            Table::Slot& slot = table.slot_of(short_word ? nullptr : reinterpret_cast<const unsigned char*>(token.word),
+                                              token.length, token.hash, short_word ? token.word : 0, 0);
+            ++slot.value;
+            if (token.number) *token.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
+          }
         }
-        if (f == t) continue;
-        const auto& list = c.finders[f].tokens[t];
-        const int64_t tokens = list.size();
-        for (int64_t i = 0; i < tokens; ++i) {
-          if (i + AHEAD < tokens) table.prefetch(list[i + AHEAD].hash);
-          const Counts::Token& token = list[i];
-          const bool short_word = token.length <= 8;
-          Table::Slot& slot = table.slot_of(short_word ? nullptr : reinterpret_cast<const unsigned char*>(token.word),
-                                            token.length, token.hash, short_word ? token.word : 0, 0);
-          ++slot.value;
-          if (token.number) *token.number = static_cast<int32_t>(provisional_number(t, parts, slot.number));
-        }
-      }
-      if (o) {  // the same on every thread
-#pragma omp barrier
-        me.number.resize(me.seen.size());
-        for (const auto& words : me.words)
-          for (const Counts::Word& w : words) me.number[w.seen] = w.number;
-        for (int64_t i = 0; i < k; ++i)
-          if (o[i] < -1) o[i] = me.number[-2 - o[i]];
       }
     }
     *tokens += found;
@@ -894,19 +871,53 @@ int64_t count_text(Counts& c, const unsigned char* text, int64_t n, int32_t* out
   return m;
 }
 
+// Adds the words of every finder's own table to their owners' tables, on the counts' threads (a table each: a
+// thread lists the words it owns in each finder's table, then adds them with their counts, asking for their
+// slots ahead), and sets c.aliases: each private index's provisional number. Empties the finders' tables,
+// keeping their memory when ``keep``.
+void merge_private(Counts& c, bool keep) {
+  const int64_t parts = c.tables.size();
+  int64_t most = 0;
+  for (const auto& finder : c.finders) most = std::max(most, finder.mine.size());
+  c.aliases.assign(parts * most, -1);
+  if (parts == 1 || !most) return;
+#pragma omp parallel num_threads(parts)
+  {
+    const int64_t t = omp_get_thread_num();
+    Table& table = c.tables[t];
+    std::vector<const Table::Slot*> owned;
+    constexpr int64_t AHEAD = 16;
+    for (int64_t f = 0; f < parts; ++f) {
+      const Table& mine = c.finders[f].mine;
+      owned.clear();
+      mine.for_each([&](const Table::Slot& s) {
+        if (part_of(s.hash, parts) == t) owned.push_back(&s);
+      });
+      const int64_t size = owned.size();
+      for (int64_t i = 0; i < size; ++i) {
+        if (i + AHEAD < size) table.prefetch(owned[i + AHEAD]->hash);
+        const Table::Slot& s = *owned[i];
+        Table::Slot& slot = table.slot_of(mine.word(s), s.length, s.hash, s.length <= 8 ? s.word : 0, 0);
+        slot.value += s.value;
+        c.aliases[private_index(f, parts, s.number)] = provisional_number(t, parts, slot.number);
+      }
+    }
+  }
+  for (auto& finder : c.finders) keep ? finder.mine.clear() : finder.mine.release();
+}
+
 }  // namespace
 
 extern "C" {
 
-void* hvd_w2v_counts_new(int64_t threads) {
+// Counts on ``threads`` threads, each counting at most ``private_words`` words in a table of its own.
+void* hvd_w2v_counts_new(int64_t threads, int64_t private_words) {
   Counts* c = new Counts();
   threads = std::max<int64_t>(threads, 1);
+  c->private_words = private_words;
   c->tables.resize(threads);
   c->finders.resize(threads);
-  for (auto& finder : c->finders) {
-    finder.tokens.resize(threads);
-    finder.words.resize(threads);
-  }
+  for (auto& finder : c->finders) finder.tokens.resize(threads);
   return c;
 }
 
@@ -922,9 +933,10 @@ int64_t hvd_w2v_counts_add_text(void* counts, const unsigned char* text, int64_t
 
 // hvd_w2v_counts_add_text, which also writes into ``out`` (int32, n + 1 at least) the block's stream in
 // provisional numbers: each token's word as table t's number k of it (order of first sight), t + k x threads,
-// -1 for each newline and once more when ``file_end``, in text order (the encoding in one pass on one rank:
-// the numbers are turned into ids by hvd_w2v_remap once the vocabulary is known). Returns how many it wrote;
-// the tokens in *tokens.
+// or, counted in thread f's own table as its number k there, -2 - (f + k x threads) (private_index; the
+// merge's aliases give its provisional number); -1 for each newline and once more when ``file_end``, in text
+// order (the encoding in one pass: the numbers are turned into ids by hvd_w2v_remap once the vocabulary is
+// known). Returns how many it wrote; the tokens in *tokens.
 int64_t hvd_w2v_counts_add_numbered(void* counts, const unsigned char* text, int64_t n, int32_t* out,
                                     int64_t file_end, int64_t* tokens) {
   int64_t m = count_text(*static_cast<Counts*>(counts), text, n, out, tokens);
@@ -965,18 +977,40 @@ void hvd_w2v_counts_add_words(void* counts, const unsigned char* words, const in
   }
 }
 
-// The distinct words held.
+// The words held, summed over the tables: the distinct words, or more before hvd_w2v_counts_merge (a word
+// may then be in several threads' own tables and in its owner's).
 int64_t hvd_w2v_counts_size(void* counts) {
+  const Counts& c = *static_cast<Counts*>(counts);
   int64_t n = 0;
-  for (const Table& t : static_cast<Counts*>(counts)->tables) n += t.size();
+  for (const Table& t : c.tables) n += t.size();
+  for (const auto& finder : c.finders) n += finder.mine.size();
   return n;
 }
 
-// The distinct words held, and their bytes in *bytes (the sizes of hvd_w2v_counts_export's arrays).
+// Adds the words of the threads' own tables to their owners' (merge_private), keeping their memory when
+// ``keep``: what hvd_w2v_counts_sizes and hvd_w2v_counts_export then read. Returns how many private indices
+// hvd_w2v_counts_aliases gives (0 on one thread).
+int64_t hvd_w2v_counts_merge(void* counts, int64_t keep) {
+  Counts& c = *static_cast<Counts*>(counts);
+  merge_private(c, keep);
+  return c.aliases.size();
+}
+
+// The last merge's aliases (int64[hvd_w2v_counts_merge's count]): the provisional number of each private
+// index, -1 for one no word had; then forgets them.
+void hvd_w2v_counts_aliases(void* counts, int64_t* out) {
+  Counts& c = *static_cast<Counts*>(counts);
+  std::copy(c.aliases.begin(), c.aliases.end(), out);
+  std::vector<int64_t>().swap(c.aliases);
+}
+
+// The distinct words held, and their bytes in *bytes (the sizes of hvd_w2v_counts_export's arrays), once
+// merged (hvd_w2v_counts_merge).
 int64_t hvd_w2v_counts_sizes(void* counts, int64_t* bytes) {
   *bytes = 0;
-  for (const Table& t : static_cast<Counts*>(counts)->tables) *bytes += t.byte_size();
-  return hvd_w2v_counts_size(counts);
+  int64_t n = 0;
+  for (const Table& t : static_cast<Counts*>(counts)->tables) *bytes += t.byte_size(), n += t.size();
+  return n;
 }
 
 // The words ordered by hash owner among ``ranks`` (within an owner, table by table, each in the order of its
@@ -1058,10 +1092,8 @@ void hvd_w2v_counts_export(void* counts, int64_t ranks, int64_t threads, unsigne
   }
   if (!keep)  // count_text's scratch too (on more than one thread)
     for (auto& finder : c.finders) {
-      finder.seen.release();
+      finder.mine.release();
       for (auto& list : finder.tokens) std::vector<Counts::Token>().swap(list);
-      for (auto& list : finder.words) std::vector<Counts::Word>().swap(list);
-      std::vector<int32_t>().swap(finder.number);
     }
 }
 
@@ -1297,17 +1329,19 @@ int64_t hvd_w2v_count_lines(const unsigned char* words, const int64_t* ends, int
   return o - out;
 }
 
-// The id stream of n provisional numbers (hvd_w2v_counts_add_numbered), in place: number x becomes ids[x]
-// (ids: int32[size]; -1, out of the vocabulary: dropped), -1 becomes ``sentence_end``. Returns its length, or
-// -1 with ``numbers`` untouched when one lies outside [-1, size). On ``threads``: each maps a part in place,
-// kept ids to its part's front (the lookups, at random places of ids, are the cost), then the parts move
-// down in turn, each to where the ones before it end (a move never overtakes a part not yet moved).
+// The id stream of n provisional numbers (hvd_w2v_counts_add_numbered), in place: number x >= 0 becomes ids[x]
+// (ids: int32[size]; -1, out of the vocabulary: dropped), -1 becomes ``sentence_end``, and x < -1 (a private
+// index j as -2 - j) becomes below[j] (int32[below_size], the ids of the private indices: their aliases'). Returns
+// its length, or -1 with ``numbers`` untouched when one lies outside [-1 - below_size, size). On ``threads``:
+// each maps a part in place, kept ids to its part's front (the lookups, at random places of ids, are the cost),
+// then the parts move down in turn, each to where the ones before it end (a move never overtakes a part not
+// yet moved).
 int64_t hvd_w2v_remap(int32_t* numbers, int64_t n, const int32_t* ids, int64_t size, int32_t sentence_end,
-                      int64_t threads) {
+                      int64_t threads, const int32_t* below, int64_t below_size) {
   threads = std::max<int64_t>(1, std::min<int64_t>(threads, n / (1 << 16) + 1));
   int64_t bad = 0;
 #pragma omp parallel for num_threads(threads) reduction(| : bad) schedule(static) if (threads > 1)
-  for (int64_t i = 0; i < n; ++i) bad |= numbers[i] < -1 || numbers[i] >= size;
+  for (int64_t i = 0; i < n; ++i) bad |= numbers[i] < -1 - below_size || numbers[i] >= size;
   if (bad) return -1;
   std::vector<int64_t> kept(threads, 0);
 #pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
@@ -1316,9 +1350,9 @@ int64_t hvd_w2v_remap(int32_t* numbers, int64_t n, const int32_t* ids, int64_t s
     int64_t m = lo;
     for (int64_t i = lo; i < hi; ++i) {  // no branch on whether a word is kept: that follows no pattern
       const int32_t x = numbers[i];
-      const int32_t id = x < 0 ? sentence_end : ids[x];
+      const int32_t id = x >= 0 ? ids[x] : x == -1 ? sentence_end : below[-2 - x];
       numbers[m] = id;
-      m += x < 0 || id >= 0;
+      m += x == -1 || id >= 0;
     }
     kept[t] = m - lo;
   }

@@ -225,10 +225,12 @@ class Counted:
     """A hash owner's corpus counts of its words (:func:`count`): ``counts`` int64[n], and the words, laid end
     to end, only for those kept (:meth:`kept`), so that no Python object is made for a word below min_count."""
 
-    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None, numbers=None, quick=False):
+    def __init__(self, counts, words=None, blob=None, lengths=None, lib=None, numbers=None, quick=False,
+                 aliases=None):
         self.counts = counts
         self._words, self._blob, self._lengths, self.lib = words, blob, lengths, lib
         self.numbers = numbers  # int64[n]: each word's provisional number (count's ``numbered``), or None
+        self.aliases = aliases  # int64: each private index's provisional number (native.Counts.take), or None
         # Counted by the owner of the compiled tables' quick hash (several ranks' rounds), not the hash owner:
         # the kept words then move to their hash owners (build's _to_hash_owners)
         self.quick = quick
@@ -457,7 +459,7 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered=
     del local
     quick = comm.size > 1  # the rounds' owners: by the tables' quick hash (Counted.quick)
     if numbered is not None:  # the owned words' numbers, which the handles name
-        words, lengths, counts, _, _, numbers = owned.take(1, keep=False, hashed=False, numbered=True)
+        words, lengths, counts, _, _, numbers, _ = owned.take(1, keep=False, hashed=False, numbered=True)
         return Counted(counts, blob=words, lengths=lengths, lib=lib, numbers=numbers if usable else None,
                        quick=quick), raw
     words, lengths, counts, _, _ = owned.take(1, keep=False, hashed=False)  # hashes: only for the words kept
@@ -466,15 +468,17 @@ def _count_compiled(comm, lib, pieces, error, reading, threads, limit, numbered=
 
 def _write_handles(lib, pending, handles, numbered, usable, threads=1):
     """Write the numbers held since the last round (``pending``: (piece, int32 numbers of the rank's partial
-    tables)) to ``numbered`` as the round's ``handles`` (int64, by number) name them: (whether the stream is
-    still usable, the write's error message or None). A handle past int32 makes it unusable: nothing more is
-    written (encode then reads the text again). Remapped on ``threads``."""
+    tables)) to ``numbered`` as the round's ``handles`` name them ((int64 by number, int64 by private index:
+    native.remap's ``below``)): (whether the stream is still usable, the write's error message or None). A handle
+    past int32 makes it unusable: nothing more is written (encode then reads the text again). Remapped on
+    ``threads``."""
+    handles, below = handles
     if not usable or (len(handles) and int(handles.max()) >= 2**31 - 1):
         return False, None
-    handles = handles.astype(np.int32)
+    handles, below = handles.astype(np.int32), below.astype(np.int32)
     try:
-        for piece, stream in pending:
-            numbered.write(piece, native.remap(lib, stream, handles, -1, threads))  # -1: a newline, kept as -1
+        for piece, stream in pending:  # -1: a newline, kept as -1
+            numbered.write(piece, native.remap(lib, stream, handles, -1, threads, below))
     except UserError as e:
         return usable, str(e)
     return usable, None
@@ -502,15 +506,16 @@ def _count_numbered(lib, pieces, error, reading, threads, limit, numbered):
         del stream
         raw += tokens
         added, after = len(counts) - before, max(len(block), 1)
-    words, lengths, values, _, _, numbers = counts.take(1, keep=False, hashed=False, numbered=True)
-    return Counted(values, blob=words, lengths=lengths, lib=lib, numbers=numbers), raw
+    words, lengths, values, _, _, numbers, aliases = counts.take(1, keep=False, hashed=False, numbered=True)
+    return Counted(values, blob=words, lengths=lengths, lib=lib, numbers=numbers, aliases=aliases), raw
 
 
 def _flush_compiled(comm, local, owned, limit=None, numbered=False):
     """_flush with native.Counts: the words travel laid end to end (collective: one round). Returns (the
     limit's refusal or None, handles or None). With ``numbered``, each owner answers every word it received
     with its number in ``owned``, and the handles are int64 by the partial tables' numbers: a word's owner
-    number x ranks + owner rank (-1 for numbers no word has; all -1 on a refusal)."""
+    number x ranks + owner rank (-1 for numbers no word has; all -1 on a refusal); with the same by private
+    index (native.Counts.take's aliases) after them."""
     words, lengths, counts, _, per_dest, *numbers = local.take(comm.size, numbered=numbered, quick=True)
     got_words, got_lengths = exchange_bytes(comm, words, lengths, per_dest)
     del words
@@ -525,10 +530,10 @@ def _flush_compiled(comm, local, owned, limit=None, numbered=False):
         answers = np.full(len(got_lengths), -1, np.int64)
     # Back to the askers, in their order (the transpose of what they sent), as their words' handles.
     answers, _ = comm.alltoallv(answers, got, recv_counts=per_dest)
-    numbers = numbers[0]
+    numbers, aliases = numbers
     handles = np.full(int(numbers.max(initial=-1)) + 1, -1, np.int64)
     handles[numbers] = np.where(answers < 0, -1, answers * comm.size + np.repeat(np.arange(comm.size), per_dest))
-    return refused, handles
+    return refused, (handles, native.aliased(handles, aliases))
 
 
 def _flush(comm, local, owned, limit=None):
@@ -614,7 +619,8 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
 
     ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (the compiled
     passes). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
-    a word not kept), which encode.encode turns into the id stream; else None. On any error ``numbered`` is
+    a word not kept, and of each private index: native.remap's ``below``), which encode.encode turns into the id
+    stream; else None. On any error ``numbered`` is
     emptied (nothing of the stream is left)."""
     try:
         return _build(comm, paths, cfg, log, reading, limit, numbered)
@@ -650,7 +656,8 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
     counts, (words, lengths) = tally.counts[keep], tally.kept(keep, comm.threads)
     hashes = tally.hashes(words, lengths, comm.threads)
     # One pass (count's ``numbered``): the kept words' provisional numbers, and how many numbers there are.
-    numbers = None if tally.numbers is None else (tally.numbers[keep], int(tally.numbers.max(initial=-1)) + 1)
+    numbers = (None if tally.numbers is None else
+               (tally.numbers[keep], int(tally.numbers.max(initial=-1)) + 1, tally.aliases))
     moved = None
     if tally.quick:  # counted by quick-hash owners: the kept words to their hash owners, as agree_ids takes them
         moved, (words, lengths, counts, hashes) = _to_hash_owners(comm, words, lengths, counts, hashes)
@@ -722,11 +729,12 @@ def _to_owners(comm, owner, words, lengths, *values):
 
 
 def _provisional_ids(comm, numbered, numbers, my_ids):
-    """The one pass's (``numbered``, int32 id of each number its stream holds, -1 for a word not kept), or None
-    with ``numbered`` emptied where the stream is not usable on some rank (collective). ``numbers``: (the kept
-    words' numbers in this rank's owned tables, as many numbers as those tables gave), or None. On one rank the
-    stream holds those numbers; on several, handles, owner number x ranks + owner rank (:func:`count`), so
-    every rank gathers every owner's ids by number: 4 B a number of the corpus's distinct tokens."""
+    """The one pass's (``numbered``, int32 id of each number its stream holds, -1 for a word not kept, the same
+    by private index: native.remap's ``below``), or None with ``numbered`` emptied where the stream is not usable
+    on some rank (collective). ``numbers``: (the kept words' numbers in this rank's owned tables, as many numbers
+    as those tables gave, the tables' aliases), or None. On one rank the stream holds those numbers and private
+    indices; on several, handles, owner number x ranks + owner rank (:func:`count`), so every rank gathers every
+    owner's ids by number: 4 B a number of the corpus's distinct tokens."""
     size = numbers[1] if numbers is not None else 2**31
     sizes = comm.allgather(size) if comm.size > 1 else [size]
     if max(sizes) * comm.size > 2**31 - 1:  # past int32 (or unusable on some rank): read the text again
@@ -734,13 +742,13 @@ def _provisional_ids(comm, numbered, numbers, my_ids):
         return None
     ids = np.full(size, -1, np.int32)
     ids[numbers[0]] = my_ids
-    if comm.size > 1:  # every owner's ids to every rank, interleaved by owner
-        got = comm.allgatherv(ids, sizes)
-        ids = np.full((max(sizes), comm.size), -1, np.int32)
-        for r, part in enumerate(np.split(got, np.cumsum(sizes)[:-1])):
-            ids[:len(part), r] = part
-        ids = ids.ravel()
-    return numbered, ids
+    if comm.size == 1:
+        return numbered, ids, native.aliased(ids, numbers[2])
+    got = comm.allgatherv(ids, sizes)  # every owner's ids to every rank, interleaved by owner
+    ids = np.full((max(sizes), comm.size), -1, np.int32)
+    for r, part in enumerate(np.split(got, np.cumsum(sizes)[:-1])):
+        ids[:len(part), r] = part
+    return numbered, ids.ravel(), None
 
 
 def agree_ids(comm, counts, hashes, sample, threads=1):

@@ -98,20 +98,23 @@ def test_vocabulary_order_is_numpys_on_any_thread_count(lib, monkeypatch):
 
 
 def test_remap_and_gather_on_threads_equal_numpy(lib):
-    """native.remap (the one pass's numbers into ids, dropped words left out) and native.gather_words (words by
-    number) on 1, 2 and 3 threads give numpy's result, on sizes below and above where they take a second
-    thread, words dropped anywhere (a part of the stream left with none kept); and a number out of range
-    is refused with the stream untouched."""
+    """native.remap (the one pass's numbers into ids, private indices -2 - j into ``below``'s, dropped words left
+    out) and native.gather_words (words by number) on 1, 2 and 3 threads give numpy's result, on sizes below and
+    above where they take a second thread, words dropped anywhere (a part of the stream left with none kept);
+    and a number out of range is refused with the stream untouched."""
     rng = np.random.default_rng(2)
     for n in (0, 1, 1000, 300_000):
         ids = rng.integers(-1, 5_000, 4_000).astype(np.int32)
         ids[rng.random(len(ids)) < 0.3] = -1
-        numbers = rng.integers(-1, len(ids), n).astype(np.int32)
+        below = ids[rng.integers(0, len(ids), 300)]
+        numbers = rng.integers(-1 - len(below), len(ids), n).astype(np.int32)
         numbers[n // 3: n // 3 + n // 4] = np.flatnonzero(ids < 0)[0]  # a stretch of dropped words
-        expected = np.where(numbers < 0, -7, ids[numbers])
-        expected = expected[(numbers < 0) | (expected >= 0)]
+        expected = np.where(numbers >= 0, ids[np.maximum(numbers, 0)],
+                            np.where(numbers == -1, -7, below[np.maximum(-2 - numbers, 0)]))
+        expected = expected[(numbers == -1) | (expected >= 0)]
         for threads in (1, 2, 3):
-            assert native.remap(lib, numbers.copy(), ids, -7, threads).tolist() == expected.tolist(), (n, threads)
+            got = native.remap(lib, numbers.copy(), ids, -7, threads, below)
+            assert got.tolist() == expected.tolist(), (n, threads)
         words = [rng.bytes(int(k)) for k in rng.integers(1, 20, 5_000)]
         lengths = np.array([len(w) for w in words], np.int64)
         blob = np.frombuffer(b"".join(words), np.uint8)
@@ -120,50 +123,54 @@ def test_remap_and_gather_on_threads_equal_numpy(lib):
             got, got_lengths = native.gather_words(lib, blob, lengths, which, threads)
             assert got.tobytes() == b"".join(words[i] for i in which), (n, threads)
             assert got_lengths.tolist() == lengths[which].tolist()
-    numbers = np.zeros(300_000, np.int32)
-    numbers[-1] = 4_000
-    with pytest.raises(ValueError):
-        native.remap(lib, numbers, np.zeros(4_000, np.int32), -1, 3)
-    assert numbers[-1] == 4_000 and not numbers[:-1].any()
+    for bad in (4_000, -2 - 300):
+        numbers = np.zeros(300_000, np.int32)
+        numbers[-1] = bad
+        with pytest.raises(ValueError):
+            native.remap(lib, numbers, np.zeros(4_000, np.int32), -1, 3, np.zeros(300, np.int32))
+        assert numbers[-1] == bad and not numbers[:-1].any()
 
 
 def test_counts_on_threads_equal_one_threads_where_words_repeat_and_where_they_do_not(lib):
-    """The count on several threads counts a segment's words in each thread's own small table while they fit
-    and hands the other tokens to the thread whose table owns their word, a segment (text_kernel.cc's
-    SEGMENT_BYTES a thread) at a time: here texts of several segments, in one call and in several, Zipf-like
-    (most tokens a few frequent words: the small tables fill, and are still asked), flat (most words new:
-    they fill, are no longer asked, and take fewer words the next segment) and flat then Zipf-like, words of
-    1 to 18 bytes (around the 8 that travel inline), lines of 1 to 40 words. The same counts on 1, 2 and 3 threads, and the numbered pass's stream gives back every token's
-    word and every newline."""
+    """The count on several threads counts the words each thread meets first in a table of its own (as many as
+    its ``private_words``), added to the others' when read, and hands the other tokens to the thread whose table
+    owns their word, a segment (text_kernel.cc's SEGMENT_BYTES a thread) at a time: here texts of several
+    segments, in one call and in several, Zipf-like (most tokens a few frequent words, held by the threads' own
+    tables), flat (most words new: the own tables fill, and are no longer asked) and flat then Zipf-like, words
+    of 1 to 18 bytes (around the 8 that travel inline), lines of 1 to 40 words; own tables of no word (every
+    token handed over), of 1,000 and of native.PRIVATE_WORDS. The same counts on 1, 2 and 3 threads, and the
+    numbered pass's stream gives back every token's word and every newline."""
     rng = np.random.default_rng(0)
     names = [("w" * int(k % 13)) + str(k) for k in range(200_000)]  # 1 to 18 bytes
     zipf = rng.zipf(1.1, 900_000) % 60_000
     flat = rng.integers(0, 200_000, 500_000)
 
-    def counted(text, threads, calls):
-        counts = native.Counts(lib, threads)
+    def counted(text, threads, calls, private):
+        counts = native.Counts(lib, threads, private)
         cuts = [0] + [text.index(b" ", len(text) * k // calls) + 1 for k in range(1, calls)] + [len(text)]
         tokens = sum(counts.add_text(text, lo, hi) for lo, hi in zip(cuts, cuts[1:]))
         words, lengths, values, _, _ = counts.take(1, keep=False, hashed=False)
         return tokens, dict(zip(vocab.split_words(words, lengths), values.tolist()))
 
-    def numbered(text, threads):
-        counts = native.Counts(lib, threads)
+    def numbered(text, threads, private):
+        counts = native.Counts(lib, threads, private)
         tokens, stream = counts.add_numbered(text, True)
-        words, lengths, values, _, _, numbers = counts.take(1, keep=False, hashed=False, numbered=True)
+        words, lengths, values, _, _, numbers, aliases = counts.take(1, keep=False, hashed=False, numbered=True)
         word = dict(zip(numbers.tolist(), vocab.split_words(words, lengths)))
-        return tokens, [word[k] if k >= 0 else b"\n" for k in stream.tolist()]
+        assert (aliases >= 0).any() == (threads > 1 and private > 0)
+        return tokens, [word[k] if k >= 0 else word[aliases[-2 - k]] if k < -1 else b"\n" for k in stream.tolist()]
 
     for ids in (zipf, flat, np.concatenate([flat, zipf])):  # the last: small tables shrink, then grow again
         ends = np.cumsum(rng.integers(1, 41, len(ids)))
         ends = set(ends[ends < len(ids)].tolist())
         text = "".join(names[k] + ("\n" if i + 1 in ends else " ") for i, k in enumerate(ids.tolist())).encode()
         expected = {w.encode(): c for w, c in zip(*np.unique([names[k] for k in ids.tolist()], return_counts=True))}
-        for threads, calls in ((1, 1), (2, 1), (3, 1), (2, 5)):
-            assert counted(text, threads, calls) == (len(ids), expected), (threads, calls)
         stream = [t for line in text.split(b"\n") for t in line.split() + [b"\n"]]
-        for threads in (1, 2, 3):
-            assert numbered(text, threads) == (len(ids), stream), threads
+        for threads, calls, private in ((1, 1, 0), (2, 1, native.PRIVATE_WORDS), (3, 1, native.PRIVATE_WORDS),
+                                        (2, 5, native.PRIVATE_WORDS), (2, 1, 0), (3, 5, 1_000)):
+            assert counted(text, threads, calls, private) == (len(ids), expected), (threads, calls, private)
+        for threads, private in ((1, 0), (2, native.PRIVATE_WORDS), (3, native.PRIVATE_WORDS), (2, 0), (3, 1_000)):
+            assert numbered(text, threads, private) == (len(ids), stream), (threads, private)
 
 
 def python_offset(block):
