@@ -182,7 +182,8 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     # Each thread's own table: as many of the words it meets as fit, on more than one thread.
     assert memory.private_bytes(10**6, 1, 1) == 0
     assert memory.private_bytes(1_000, 2, 2) == 2 * (memory.table_bytes(2_000) + 8 * 2_000)
-    assert memory.private_bytes(10**6, 1, 4) == 4 * (memory.table_bytes(memory.PRIVATE_WORDS) + 8 * memory.PRIVATE_WORDS)
+    most = memory.PRIVATE_WORDS
+    assert memory.private_bytes(10**6, 1, 4) == 4 * (memory.table_bytes(most) + 8 * most)
     assert memory.plan(3_000_000, cfg, 2, corpus_bytes=block, distinct=4_000_000, owned=2_900_000).counting > \
         two.counting
     counted = [memory.plan(1_000_000, cfg, 1, distinct=d).counting for d in range(1_000_000, 9_000_000, 500_000)]
