@@ -22,12 +22,15 @@ Memory per rank (8-byte words):
   counted, so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
   and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's. With the
   compiled passes the count can also encode (:func:`build`'s ``numbered``): each token's number in its table
-  (4 B, written to disk beside the shard block by block) becomes its id once the ids are agreed; on several
-  ranks the numbers of the owners' tables, which each round answers (:func:`_count_compiled`), at most PENDING
-  of them held between two rounds, and every owner's ids by number gathered on every rank at the end.
-  The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, one to
-  three a word (two thirds full at most, briefly three while a table doubles), the bytes of words over 8
-  bytes beside them, and a round's copies laid end to end (about 60 B a word), between two looks at the bound
+  (4 B, written to disk beside the shard block by block; on several threads, a token counted in its thread's
+  own table is named by its place there until the counts are read) becomes its id once the ids are agreed;
+  on several ranks the numbers of the owners' tables, which each round answers (:func:`_count_compiled`), at
+  most PENDING of them held between two rounds, and every owner's ids by number gathered on every rank at
+  the end.
+  The compiled passes (text_kernel.cc, native.Counts) keep the same bounds in tables of 32 B slots, 1.5 to
+  three a word (two thirds full at most, grown in place), the bytes of words over 8 bytes beside them, on
+  several threads each thread's own table of the words it meets first (memory.private_bytes), and a round's
+  copies laid end to end (about 60 B a word), between two looks at the bound
   a larger part of text (THREAD_CHUNKS chunks a thread), whose tokens :func:`partial_bytes` adds. Each
   reader (corpus.readers: one, or one a .gz file) holds two blocks (one read ahead). The memory plan gives
   the owner's counts in either form (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text
@@ -68,8 +71,8 @@ FLUSH_WORDS = 1 << 16
 # CHUNK_BYTES / 2 = 98,304 words.
 CHUNK_BYTES = 1 << 16
 # The compiled count takes THREAD_CHUNKS chunks a thread of the rank between two looks at the bound: each call
-# on T threads pays a fixed part (the threads' start and barriers, the hand-over of their small tables:
-# text_kernel.cc count_text), which one chunk a thread did not cover on 2 threads (hvd_w2v/bench/README.md,
+# on T threads pays a fixed part (the threads' start and barriers: text_kernel.cc count_text), which one chunk
+# a thread did not cover on 2 threads (hvd_w2v/bench/README.md,
 # "The count's parts on several ranks").
 THREAD_CHUNKS = 4
 # Several ranks' one pass (count's ``numbered``): the provisional numbers a rank holds between two rounds, at
@@ -394,7 +397,8 @@ def count(comm, pieces, error=None, reading=None, threads=1, limit=None, numbere
 
 
 def _expected(held, added, after, size):
-    """The distinct words one rank's count holds once it has counted a part of ``size`` bytes, expected at the
+    """The words one rank's count holds (native.Counts's len: its distinct words, and on several threads those
+    counted again in another thread's own table) once it has counted a part of ``size`` bytes, expected at the
     last part's rate (``added`` new words in ``after`` bytes): what its limit is asked before the part."""
     return held + math.ceil(added * size / after)
 
@@ -620,8 +624,7 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
     ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (the compiled
     passes). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
     a word not kept, and of each private index: native.remap's ``below``), which encode.encode turns into the id
-    stream; else None. On any error ``numbered`` is
-    emptied (nothing of the stream is left)."""
+    stream; else None. On any error ``numbered`` is emptied (nothing of the stream is left)."""
     try:
         return _build(comm, paths, cfg, log, reading, limit, numbered)
     except BaseException:
@@ -655,7 +658,8 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
         keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
     counts, (words, lengths) = tally.counts[keep], tally.kept(keep, comm.threads)
     hashes = tally.hashes(words, lengths, comm.threads)
-    # One pass (count's ``numbered``): the kept words' provisional numbers, and how many numbers there are.
+    # One pass (count's ``numbered``): the kept words' provisional numbers, how many numbers there are, and the
+    # number each private index stands for.
     numbers = (None if tally.numbers is None else
                (tally.numbers[keep], int(tally.numbers.max(initial=-1)) + 1, tally.aliases))
     moved = None
