@@ -429,9 +429,8 @@ class alignas(64) Table {
   // Where ``word`` of hash ``h`` is or would go: ask for it some look-ups ahead.
   void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
 
-  // The value of ``word`` (hash ``h``), added as ``init`` when new.
   // The slot of ``word`` (hash ``h``, ``x`` = inline_word or 0), added with value 0 when new while the table
-  // holds fewer than ``most`` words; else null. Reserve ``most`` words first, so that it never grows.
+  // holds fewer than ``most`` words (growing as slot_of does); else null.
   Slot* bounded_slot(const unsigned char* word, uint32_t n, uint64_t h, uint64_t x, int64_t most) {
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& slot = slots_[i];
@@ -442,6 +441,7 @@ class alignas(64) Table {
     }
   }
 
+  // The value of ``word`` (hash ``h``), added as ``init`` when new.
   int64_t& at(const unsigned char* word, uint32_t n, uint64_t h, int64_t init = 0) {
     return at(word, n, h, n <= 8 ? inline_word(word, n) : 0, init);
   }
@@ -523,11 +523,10 @@ class alignas(64) Table {
     bytes_.reserve(bytes);
   }
 
-  // Empty, keeping the memory of its slots for the next block or round. ``cached``: the slots are in the
-  // caches (a small table), where clearing the words' slots alone costs less than a pass over all of them
-  // even when most are full; in a table larger than the caches, a look-up each costs more than the pass.
-  void clear(bool cached = false) {
-    if (cached || where_.size() * 8 < slots_.size()) {  // few words: clear their slots alone
+  // Empty, keeping the memory of its slots for the next block or round: the words' slots alone when they are
+  // few, else a pass over all of them (in a table larger than the caches, a look-up each costs more).
+  void clear() {
+    if (where_.size() * 8 < slots_.size()) {
       for (uint64_t i : where_) slots_[i].length = 0;
     } else {
       std::fill(slots_.begin(), slots_.end(), Slot{});
