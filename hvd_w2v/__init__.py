@@ -10,11 +10,12 @@ collective and gives the same answer on every rank::
 
 ``train`` is hvd_w2v.pipeline.train, ``load`` hvd_w2v.keyedvectors.load; bad input raises :class:`UserError`.
 """
+from .divergence import Diverged
 from .errors import UserError
 from .pipeline import train
 
 __version__ = "0.1.0"
-__all__ = ["train", "load", "KeyedVectors", "UserError"]
+__all__ = ["train", "load", "KeyedVectors", "UserError", "Diverged"]
 
 
 def __getattr__(name):

@@ -457,6 +457,7 @@ class Saver:
         self.comm, self.root, self.log = comm, root, log
         self.every = minutes * 60.0  # 0: only on a signal
         self.signalled = None
+        self.guard = None  # the run's divergence.Guard, set by training.train: what is written must pass it
         self._old = {}
         self.begin({})
 
@@ -492,10 +493,12 @@ class Saver:
     def _on_signal(self, signum, frame):
         self.signalled = signum  # acted on at the next agreed step boundary
 
-    def step_done(self, done, model, hot):
+    def step_done(self, done, model, hot, since_report=None):
         """Called by every rank after global step ``done`` (1-based count); collective every POLL_STEPS steps.
+        ``since_report``: this rank's loss and pairs since training's last report (the divergence guard's).
 
-        May write a checkpoint; after a signal raises :class:`Interrupted` on every rank.
+        May write a checkpoint; after a signal raises :class:`Interrupted` on every rank; raises
+        divergence.Diverged instead of writing one of a run that diverged.
         """
         if done % POLL_STEPS:
             return
@@ -507,11 +510,11 @@ class Saver:
         if not action:
             return
         hot.write_back()  # the owners' slices must hold the replicas' current rows
-        path = self.write(done, model)
+        path = self.write(done, model, since_report)
         if action == 2:
             raise Interrupted(done, path)
 
-    def write(self, done, model):
+    def write(self, done, model, since_report=None):
         """Checkpoint ``model`` (its owners' slices current) as of global step ``done`` now; collective.
 
         Keeps the previous good checkpoint beside it and removes older ones. Train calls it for the last
@@ -519,6 +522,8 @@ class Saver:
         watchdog is "checkpoint", whose limit is at least the time to write the rows at watchdog.IO_BYTES_PER_SECOND."""
         from .watchdog import io_budget
 
+        if self.guard is not None:  # never a checkpoint of a run that diverged: divergence.Diverged instead
+            self.guard.verify(self.comm, done, model.rows, since_report)
         before = self.comm.watch.enter("checkpoint", step=done, budget=io_budget(model.rows.nbytes))
         try:
             path, nbytes, seconds = save(self.comm, self.root, model, done, self.meta)

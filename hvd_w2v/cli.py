@@ -4,7 +4,8 @@ Errors: bad input raises UserError on every rank (see comm.agree); rank 0 prints
 with code 2. Any other exception is a bug or a fault: the rank prints its traceback with its rank prefix and
 calls MPI_Abort, so the whole job ends at once instead of leaving peers blocked in a collective. A rank that
 waits for another longer than --stall-timeout ends the job with exit code 76 (hvd_w2v/watchdog.py); each
-command names its phases (comm.watch.enter) so that the line says where.
+command names its phases (comm.watch.enter) so that the line says where. A run that diverged (divergence.py)
+prints one line on rank 0 and every rank exits with EXIT_DIVERGED (77).
 """
 import argparse
 import dataclasses
@@ -18,6 +19,7 @@ import numpy as np
 
 from . import pipeline
 from .comm import HOT_ROWS_CYCLE_MS
+from .divergence import EXIT_DIVERGED, Diverged
 from .errors import UserError
 from .wording import counted
 
@@ -311,14 +313,18 @@ def add_train_options(p):
                         "several a shard for each thread of the job")
     r.add_argument("--superstep", type=_or_auto(int), default=d.superstep, metavar="S",
                    help="with --shards: positions of each shard per super-step (auto, the default: "
-                        f"{config.SUM_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
+                        f"{config.SUPERSTEP_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
                         "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")
     r.add_argument("--merge-clip", type=_or_auto(float), default=d.merge_clip, metavar="TAU",
                    help="with --shards: each row's merged delta scaled down to an L2 norm of at most TAU per "
-                        f"super-step (0: no clip; auto, the default: none while V x S is at most "
-                        f"{config.SUM_POSITIONS:,}, {config.MERGE_CLIP:g} past it)")
+                        f"super-step, so that no row's step can grow without bound (auto, the default: "
+                        f"{config.MERGE_CLIP:g}; 0: no clip, the plain sum, which can diverge)")
+    r.add_argument("--max-row-norm", type=float, default=d.max_row_norm, metavar="N",
+                   help="the divergence guard: a run whose frequent rows pass this L2 norm, or whose loss "
+                        "passes 4 times its start, stops with exit code 77, its last good checkpoint kept "
+                        "(default: %(default)s)")
     r.add_argument("--wire", choices=config.WIRES, default=d.wire,
                    help="with --shards: the form a super-step's rows and deltas travel in between ranks; "
                         "bfloat16 halves their bytes, each rounded to about 3 significant digits "
@@ -549,8 +555,8 @@ def parser():
 
 
 def main(argv=None):
-    """Run one command; returns its exit code (0, 1, EXIT_USAGE on bad input, 75 when interrupted; a stalled
-    job ends with 76 from its watchdog, hvd_w2v/watchdog.py)."""
+    """Run one command; returns its exit code (0, 1, EXIT_USAGE on bad input, 75 when interrupted, 77 when the
+    run diverged; a stalled job ends with 76 from its watchdog, hvd_w2v/watchdog.py)."""
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -571,6 +577,17 @@ def main(argv=None):
             print(f"hvd-w2v: error: {e}", file=sys.stderr, flush=True)
         _finish()  # every rank raised it (comm.agree): they leave together
         return EXIT_USAGE
+    except Diverged as e:
+        if _rank() == 0:
+            from .progress import end_line
+
+            end_line()
+            kept = (f"the last good checkpoint, {e.checkpoint}, is kept (--resume goes on from it)"
+                    if e.checkpoint else "no checkpoint was written before it")
+            print(f"hvd-w2v: error: {e}; nothing was exported; {kept}; try a lower --alpha",
+                  file=sys.stderr, flush=True)
+        _finish()  # every rank raised it alike: they leave together
+        return EXIT_DIVERGED
     except KeyboardInterrupt:
         return 130
     except BaseException:

@@ -7,25 +7,21 @@ from .errors import UserError
 
 # Fields that may be None, "chosen by the job's layout" (Config.settled), and the type of their values.
 LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
-# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD", "The default on
-# several hosts") has the quality and the planner's projections behind each.
-SUM_POSITIONS = 4096  # V x S up to which the plain sum is the merge ...
-MIN_SUPERSTEP = 64  # ... S at least this many positions a shard ...
-MERGE_CLIP = 1.0  # ... and past SUM_POSITIONS the merged deltas clipped to this L2 norm
+# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD") has the quality
+# and the planner's projections behind each.
+SUPERSTEP_POSITIONS = 4096  # positions a super-step covers over all its shards, by default ...
+MIN_SUPERSTEP = 64  # ... S at least this many positions a shard
+# Every row's merged delta (a vector of W_in or W_out, all shards' deltas summed) is scaled down to an L2 norm
+# of at most this, on every V and S unless told otherwise: the merge that cannot diverge (merge_clip's comment).
+MERGE_CLIP = 1.0
 WIRES = ("float32", "bfloat16")  # how shard-local SGD's rows and deltas travel (wire.py)
 
 
 def superstep_for(shards):
-    """The default super-step of ``shards`` shards: SUM_POSITIONS positions over all of them, and at least
+    """The default super-step of ``shards`` shards: SUPERSTEP_POSITIONS positions over all of them, and at least
     MIN_SUPERSTEP a shard. Why: what decides quality is the positions one super-step covers from one
     snapshot; and below MIN_SUPERSTEP a shard's compute is a small part of its super-step's exchange."""
-    return max(MIN_SUPERSTEP, SUM_POSITIONS // shards)
-
-
-def merge_clip_for(shards, superstep):
-    """The default clip: none (the plain sum) while a super-step covers at most SUM_POSITIONS positions, where
-    the sum kept the exact step's quality and the clip cost some; MERGE_CLIP past them, where the sum diverges."""
-    return MERGE_CLIP if shards * superstep > SUM_POSITIONS else 0.0
+    return max(MIN_SUPERSTEP, SUPERSTEP_POSITIONS // shards)
 
 
 @dataclass(frozen=True)
@@ -69,12 +65,19 @@ class Config:
     # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD").
     merge_cap: float = 0.0
     # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
-    # merge_clip (0: not; None: merge_clip_for). The plain sum diverges once a super-step covers many positions,
-    # because a few rows' merged deltas blow up; the clip bounds those and leaves the others' sum as it is.
+    # merge_clip (None: MERGE_CLIP; 0: not, the plain sum, which can diverge). Why it is always on:
+    # the shards' deltas of a row are each computed from the same snapshot, so the sum of m of them is up to m
+    # times one sequential SGD's step, and where many shards push a frequent row the same way it overshoots,
+    # grows, and the next super-step's deltas grow with it. Clipped, a row moves at most merge_clip a super-step,
+    # so no feedback can grow without bound, on any corpus, V, S or learning rate; rows that few shards touch
+    # (nearly all of them) move by their sum, as sequential SGD would move them.
     merge_clip: Optional[float] = None
     # How a super-step's rows and deltas travel between ranks: "float32", or "bfloat16", half the bytes, each
     # rounded to about 3 significant digits (wire.py). The exact step's stay float32.
     wire: str = "float32"
+    # The divergence guard (divergence.py): a run whose frequent rows grow past this L2 norm (or whose loss per
+    # pair passes divergence.LOSS_FACTOR times its start) stops with an error, its last good checkpoint kept.
+    max_row_norm: float = 100.0
 
     def __post_init__(self):
         # The command line and config files give each field its type; a Python caller may not (dim="100",
@@ -114,6 +117,7 @@ class Config:
             (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
             (self.merge_clip is None or self.merge_clip >= 0,
              f"--merge-clip must be 0 (no clip), more or auto, got {self.merge_clip}"),
+            (self.max_row_norm > 0, f"--max-row-norm must be more than 0, got {self.max_row_norm}"),
             (self.wire in WIRES, f"--wire must be one of {', '.join(WIRES)}, got {self.wire!r}"),
         ]
         for ok, message in checks:
@@ -142,7 +146,7 @@ class Config:
         The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
         which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
         every 2,048 positions would leave a cluster idle. With shards, ``superstep`` is :func:`superstep_for`
-        and ``merge_clip`` :func:`merge_clip_for`.
+        and ``merge_clip`` MERGE_CLIP.
         """
         previous = previous or {}
         shards = self.shards
@@ -162,7 +166,7 @@ class Config:
             return default if value is None else value
         superstep = chosen("superstep", superstep_for(shards))
         return replace(self, shards=shards, superstep=superstep,
-                       merge_clip=chosen("merge_clip", merge_clip_for(shards, superstep)))
+                       merge_clip=chosen("merge_clip", MERGE_CLIP))
 
     def to_dict(self):
         return asdict(self)

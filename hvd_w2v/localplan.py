@@ -20,7 +20,7 @@ the T threads of a node in parallel ("SGD ms"), and the node's work around it ti
 positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
 figure is an upper bound): an owner's gather of the rows every node asks of it and its add of their deltas, one
 source a node, built from every node's examples at sampled super-steps, by the merge train uses at the row's
-V and S (:func:`measure_owner`, config.merge_clip_for; "rows ms"); and the examples and table of the next
+V and S (:func:`measure_owner`, config.MERGE_CLIP; "rows ms"); and the examples and table of the next
 super-step (:func:`measure_prepare`, "prepare ms"), which training builds while the exchange waits, so they
 count only past the gather and scatter. Words per second count raw words: P x T x S positions x raw words per
 position over the super-step's time; the parallel efficiency is that over P times one node's words per
@@ -41,7 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import batches, native, plan, wire
-from .config import WIRES, Config, merge_clip_for, superstep_for
+from .config import MERGE_CLIP, WIRES, Config, superstep_for
 from .errors import UserError
 from .localsgd import merge_rule, superstep_plan
 from .shard import RowPlan
@@ -300,7 +300,7 @@ def main(argv=None):
                 for n in nodes:
                     s = superstep_for(n * args.threads) if spec == "auto" else spec
                     # train's merge for the row's V and S
-                    c = replace(cfg, superstep=s, shards=1, merge_clip=merge_clip_for(n * args.threads, s),
+                    c = replace(cfg, superstep=s, shards=1, merge_clip=MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip,
                                 wire=args.wire)
                     if s not in measured:  # the SGD and the examples: the same on any P and merge
                         measured[s] = (measure_thread(corpus, c),

@@ -112,7 +112,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
 def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
     """:func:`train` once ``out``'s lock is held."""
-    from . import checkpoint, memory
+    from . import checkpoint, divergence, memory
     from .watchdog import io_budget
 
     comm, say = saver.comm, saver.log
@@ -140,6 +140,10 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
             f"continue with --resume")
         saver.leave()
+        raise
+    except divergence.Diverged as e:
+        e.checkpoint = saver.keep  # every checkpoint written passed the guard: the newest is the last good one
+        _record(comm, out, record, state="diverged", steps_done=e.step, diverged=e.what, checkpoint=e.checkpoint)
         raise
     finally:
         saver.restore()

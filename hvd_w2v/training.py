@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import batches, native, rng, wire
+from . import batches, divergence, native, rng, wire
 from .comm import log
 from .exchange import Ask, Exchange, HotRows
 from .memory import AHEAD_STEPS
@@ -90,7 +90,8 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
     and the checkpoints are the same for both. ``resume`` (a checkpoint.Loaded: ``step``, this rank's
     interleaved ``rows``) starts after that many global steps from those rows instead of from scratch.
     ``saver`` (a checkpoint.Saver), when given, is told of every finished step but the last and may write a
-    checkpoint, or raise checkpoint.Interrupted.
+    checkpoint, or raise checkpoint.Interrupted. Raises divergence.Diverged on every rank when a report's loss
+    or a rank's frequent rows pass the guard's bounds, or the trained slice holds a row past them.
     """
     plan = RowPlan(vocab.size, comm.size)
     if resume is None:
@@ -108,8 +109,12 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
 
     stats = dict(last_loss=0.0, seconds=0.0, exchange_seconds=0.0)
     # loss, pairs, rank 0's proposal (steps until the next report), then each rank's seconds outside the
-    # exchange since the report before, in its own slot (the sum is every rank's: the slowest rank's lag)
-    report = np.zeros(3 + comm.size)
+    # exchange since the report before, in its own slot (the sum is every rank's: the slowest rank's lag), then
+    # each rank's largest frequent row norm, in its own slot (the divergence guard's)
+    report = np.zeros(3 + 2 * comm.size)
+    guard = divergence.Guard(cfg)
+    if saver is not None:
+        saver.guard = guard
     next_report, last = first + FIRST_REPORT, (first, time.monotonic(), 0.0)  # step, time, exchange seconds
     watch = comm.watch  # the stall watchdog's view of this rank (watchdog.Beat): one assignment a step
     watch.enter("train", step=first)
@@ -135,6 +140,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
             if comm.rank == 0:
                 report[2] = REPORT_SECONDS * (done + 1 - last[0]) / max(now - last[1], 1e-6)
             report[3 + comm.rank] = (now - last[1]) - (stats["exchange_seconds"] - last[2])
+            report[3 + comm.size + comm.rank] = divergence.frequent_norm(model, hot.rows)
             # This report's sums start; the previous report's arrive, and are shown as of its own step.
             figures = (done + 1, epoch + 1, now - start, alpha, stats["exchange_seconds"], exchange.bytes_sent,
                        done + 1 - last[0])
@@ -145,12 +151,14 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
                 if progress:
                     progress.report(at, first, total_steps, in_epoch, cfg.epochs, vocab.raw_words * cfg.epochs,
                                     seconds, stats["last_loss"], at_alpha, exchange_seconds, bytes_sent,
-                                    work=sums[3:], steps=interval)
+                                    work=sums[3:3 + comm.size], steps=interval)
+                guard.check(at, stats["last_loss"], sums[3 + comm.size:].max())
             steps_on = max(MIN_REPORT_STEPS, int(arrived[0][0][2])) if arrived else FIRST_REPORT
             next_report, last = done + 1 + steps_on, (done + 1, now, stats["exchange_seconds"])
         if saver is not None and done + 1 < total_steps:
-            saver.step_done(done + 1, model, hot)  # collective every few steps: may checkpoint or stop
+            saver.step_done(done + 1, model, hot, report[:2])  # collective every few steps: may checkpoint or stop
     hot.write_back()
+    guard.verify(comm, total_steps, model.rows)  # the whole slice, as a checkpoint's (the loss: the last report)
     stats["seconds"] = time.monotonic() - start
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)

@@ -140,8 +140,8 @@ def test_two_hosts_choose_shard_local_sgd_whose_vectors_one_host_gives_with_the_
     """Without --shards, 2 hosts x 2 ranks of 1 thread choose shard-local SGD, a shard a thread (Config.settled):
     1 host x 1 rank of 2 threads told the same shards, super-step and merge gives the same vectors up to float32
     summation order, where the deltas crossed hosts over TCP."""
-    # 4,096 positions a super-step: the sum; float32 rows and deltas, as several hosts choose
-    told = ["--shards", "4", "--superstep", "1024", "--merge-clip", "0", "--wire", "float32"]
+    # 4,096 positions a super-step, the merge clipped; float32 rows and deltas, as several hosts choose
+    told = ["--shards", "4", "--superstep", "1024", "--merge-clip", "1", "--wire", "float32"]
     got = {}
     for name, n, slots, mode in [("1x1", 1, {"nodeA": 1}, told), ("2x2", 4, {"nodeA": 2, "nodeB": 2}, [])]:
         out = tmp_path / name

@@ -120,8 +120,8 @@ def test_the_clip_bounds_each_merged_row_after_the_sources_are_summed():
 
 def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_choice():
     """Config.settled: the exact step on one host; on several a shard a thread, super-steps of 4,096 positions
-    in all (at least 64 a shard) and the plain sum, clipped past 4,096; what the options say wins; a resume
-    keeps the resumed run's choices with its shards."""
+    in all (at least 64 a shard) and the merge clipped to 1 on every V and S; what the options say wins; a
+    resume keeps the resumed run's choices with its shards."""
     from hvd_w2v.config import Config
 
     def chosen(cfg):
@@ -129,8 +129,8 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
 
     auto = Config()
     assert auto.settled(1, 64).shards == 0 and Config(shards=0).settled(2, 64).shards == 0
-    assert chosen(auto.settled(2, 4)) == (4, 1024, 0.0)
-    assert chosen(auto.settled(2, 64)) == (64, 64, 0.0)
+    assert chosen(auto.settled(2, 4)) == (4, 1024, 1.0)
+    assert chosen(auto.settled(2, 64)) == (64, 64, 1.0)
     assert chosen(auto.settled(64, 2048)) == (2048, 64, 1.0)
     assert chosen(Config(shards=8, merge_clip=0.25).settled(1, 2)) == (8, 512, 0.25)
     assert chosen(Config(shards=8, superstep=4096).settled(1, 2)) == (8, 4096, 1.0)
