@@ -138,7 +138,7 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
     assert chosen(auto.settled(1, 2, before)) == (4, 512, 0.0)
     assert chosen(auto.settled(64, 2048, before)) == (4, 512, 0.0)
     # Another shard count than the run resumed: its own choices (and the checkpoint then refuses the resume).
-    assert chosen(Config(shards=8).settled(1, 2, before)) == (8, 512, 0.0)
+    assert chosen(Config(shards=8).settled(1, 2, before)) == (8, 512, 1.0)
     assert auto.settled(2, 64, dict(shards=0)).shards == 0
     # bfloat16 rows and deltas are shard-local SGD's alone: refused where the exact step runs
     from hvd_w2v.errors import UserError
