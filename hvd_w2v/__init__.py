@@ -8,11 +8,11 @@ collective and gives the same answer on every rank::
     kv = hvd_w2v.load("runs/mine")    # or run.wv; each rank keeps only its rows
     kv.most_similar("king", topn=10)
 
-``train`` is hvd_w2v.pipeline.train, ``load`` hvd_w2v.keyedvectors.load; bad input raises :class:`UserError`.
+``train`` is hvd_w2v.pipeline.train, ``load`` hvd_w2v.queries.keyedvectors.load; bad input raises :class:`UserError`.
 """
-from .divergence import Diverged
-from .errors import UserError
+from .common.errors import UserError
 from .pipeline import train
+from .training.divergence import Diverged
 
 __version__ = "0.1.0"
 __all__ = ["train", "load", "KeyedVectors", "UserError", "Diverged"]
@@ -21,7 +21,7 @@ __all__ = ["train", "load", "KeyedVectors", "UserError", "Diverged"]
 def __getattr__(name):
     # The query side is imported on first use.
     if name in ("load", "KeyedVectors"):
-        from . import keyedvectors
+        from .queries import keyedvectors
 
         return getattr(keyedvectors, name)
     raise AttributeError(f"module 'hvd_w2v' has no attribute {name!r}")

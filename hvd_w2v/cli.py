@@ -3,7 +3,7 @@
 Errors: bad input raises UserError on every rank (see comm.agree); rank 0 prints one line and all ranks exit
 with code 2. Any other exception is a bug or a fault: the rank prints its traceback with its rank prefix and
 calls MPI_Abort, so the whole job ends at once instead of leaving peers blocked in a collective. A rank that
-waits for another longer than --stall-timeout ends the job with exit code 76 (hvd_w2v/watchdog.py); each
+waits for another longer than --stall-timeout ends the job with exit code 76 (hvd_w2v/parallel/watchdog.py); each
 command names its phases (comm.watch.enter) so that the line says where. A run that diverged (divergence.py)
 prints one line on rank 0 and every rank exits with EXIT_DIVERGED (77).
 """
@@ -18,10 +18,10 @@ import traceback
 import numpy as np
 
 from . import pipeline
-from .comm import HOT_ROWS_CYCLE_MS
-from .divergence import EXIT_DIVERGED, Diverged
-from .errors import UserError
-from .wording import counted
+from .common.errors import UserError
+from .common.wording import counted
+from .parallel.comm import HOT_ROWS_CYCLE_MS
+from .training.divergence import EXIT_DIVERGED, Diverged
 
 EXIT_USAGE = 2
 
@@ -29,7 +29,7 @@ EXIT_USAGE = 2
 def cmd_check(args):
     """A check of the stack: what Horovod was built with, one allreduce, one alltoall, and per rank its host,
     its thread budget and the ranks it reached over TCP (ranks on one host use shared memory)."""
-    from . import comm as comm_mod
+    from .parallel import comm as comm_mod
 
     comm = comm_mod.init(stall_timeout=args.stall_timeout)
     comm.watch.enter("check")
@@ -75,8 +75,8 @@ RUN_DEFAULTS = {name: p.default for name, p in inspect.signature(pipeline.train)
 
 
 def config_from(args):
-    """The Config fields of a command's arguments (hvd_w2v.config.Config: the model and the step)."""
-    from .config import Config
+    """The Config fields of a command's arguments (hvd_w2v.common.config.Config: the model and the step)."""
+    from .common.config import Config
 
     return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
 
@@ -96,8 +96,9 @@ def cmd_encode(args):
 def _vocabulary(args, encode=False):
     """vocab.txt (and with ``encode`` ids/) of the corpus, written aside and moved into --out at the end,
     under --out's lock; a folder that holds a run is refused without --overwrite (pipeline.hold)."""
-    from . import memory, pipeline
-    from .comm import log
+    from . import pipeline
+    from .parallel.comm import log
+    from .planning import memory
 
     cfg = config_from(args)
     limit = memory.parse_size(args.max_memory_per_rank) if args.max_memory_per_rank is not None else None
@@ -115,7 +116,8 @@ def _vocabulary(args, encode=False):
 
 def cmd_train(args):
     """pipeline.train with the command's options, then the nearest words of a few (--show)."""
-    from . import checkpoint, pipeline
+    from . import pipeline
+    from .store import checkpoint
 
     try:
         run = pipeline.train(args.corpus, args.out, threads=args.threads, stall_timeout=args.stall_timeout,
@@ -140,7 +142,7 @@ EVAL_DIR = os.path.join("data", "real", "eval")
 
 def _load_model(path, step=None, stall_timeout=None):
     """keyedvectors.load: (comm, vectors.ShardedVectors) of a word2vec file, a run folder or a checkpoint."""
-    from .keyedvectors import load
+    from .queries.keyedvectors import load
 
     kv = load(path, step, stall_timeout=stall_timeout)
     return kv.comm, kv.sharded
@@ -148,7 +150,7 @@ def _load_model(path, step=None, stall_timeout=None):
 
 def cmd_evaluate(args):
     """Analogy accuracy and word-similarity correlations of a word2vec file, scored on the sharded rows."""
-    from . import evaluate
+    from .queries import evaluate
 
     if args.restrict < 1:
         raise UserError(f"--restrict must be at least 1, not {args.restrict}")
@@ -215,11 +217,12 @@ def cmd_analogy(args):
 
 def cmd_export(args):
     """Word2vec files of a run's newest checkpoint (or step --step), written by every rank, streamed."""
-    from . import comm as comm_mod
-    from . import export, runfolder
-    from .comm import log
+    from .parallel import comm as comm_mod
+    from .parallel.comm import log
+    from .queries import runfolder
+    from .store import export
 
-    from .watchdog import io_budget
+    from .parallel.watchdog import io_budget
 
     comm = comm_mod.init(stall_timeout=args.stall_timeout)
     comm.watch.enter("load")
@@ -239,7 +242,7 @@ def cmd_export(args):
 
 def cmd_info(args):
     """What a run folder or checkpoint holds; reads files only (no MPI)."""
-    from . import runfolder
+    from .queries import runfolder
 
     lines, ok = runfolder.describe(args.path, verify=args.verify)
     if _rank() == 0:  # launched on several ranks anyway: one copy
@@ -249,7 +252,7 @@ def cmd_info(args):
 
 def add_corpus_options(p):
     """The corpus, the output folder and the vocabulary's options: what vocab, encode and train share."""
-    from .config import Config
+    from .common.config import Config
 
     d = Config()
     p.add_argument("corpus", nargs="*", help=f"text files, plain or .gz, or folders of them (their files in "
@@ -276,8 +279,8 @@ def add_corpus_options(p):
 
 def add_train_options(p):
     """train's options: add_corpus_options, the model, the distributed step and the outputs."""
-    from . import config
-    from .config import Config
+    from .common import config
+    from .common.config import Config
 
     d = Config()
     add_corpus_options(p)
@@ -352,7 +355,7 @@ def _or_auto(kind):
 def _model_defaults():
     """The model and step options of train, as defaults, for commands that build a vocabulary without them
     (config_from needs every Config field; none of these changes the vocabulary or the encoding)."""
-    from .config import Config
+    from .common.config import Config
 
     corpus_options = ("min_count", "max_vocab_size")  # add_corpus_options' own: their parser defaults stand
     return {k: v for k, v in Config().to_dict().items() if k not in corpus_options}
@@ -541,7 +544,7 @@ def parser():
     _add_stall_option(c)
     c.set_defaults(func=cmd_check)
 
-    from . import plan
+    from .planning import plan
 
     n = _command(sub, "plan", "what a step's exchange costs on 2 to 1,024 ranks, planned from the corpus (no MPI)", [
         "hvd-w2v plan data/real/corpus.txt --ranks 2,4,8,16,32,64,128,256,512,1024 --hot-rows 0,256,4096",
@@ -556,7 +559,7 @@ def parser():
 
 def main(argv=None):
     """Run one command; returns its exit code (0, 1, EXIT_USAGE on bad input, 75 when interrupted, 77 when the
-    run diverged; a stalled job ends with 76 from its watchdog, hvd_w2v/watchdog.py)."""
+    run diverged; a stalled job ends with 76 from its watchdog, hvd_w2v/parallel/watchdog.py)."""
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -571,7 +574,7 @@ def main(argv=None):
         return code
     except UserError as e:
         if _rank() == 0:
-            from .progress import end_line
+            from .common.progress import end_line
 
             end_line()
             print(f"hvd-w2v: error: {e}", file=sys.stderr, flush=True)
@@ -579,7 +582,7 @@ def main(argv=None):
         return EXIT_USAGE
     except Diverged as e:
         if _rank() == 0:
-            from .progress import end_line
+            from .common.progress import end_line
 
             end_line()
             kept = (f"the last good checkpoint, {e.checkpoint}, is kept (--resume goes on from it)"
@@ -601,8 +604,8 @@ def main(argv=None):
 
 def _finish():
     """The watched last barrier and the watchdog's stop (comm.finish), when this command started MPI."""
-    if "hvd_w2v.comm" in sys.modules:
-        comm_mod = sys.modules["hvd_w2v.comm"]
+    if "hvd_w2v.parallel.comm" in sys.modules:
+        comm_mod = sys.modules["hvd_w2v.parallel.comm"]
         comm_mod.finish(comm_mod._COMM)
 
 

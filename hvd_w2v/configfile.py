@@ -20,7 +20,7 @@ import argparse
 import configparser
 import difflib
 
-from .errors import UserError
+from .common.errors import UserError
 
 INI_SUFFIXES = (".ini", ".cfg", ".conf")
 COMMON_SECTION = "hvd-w2v"  # INI: the section for every command

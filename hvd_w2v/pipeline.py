@@ -5,7 +5,7 @@ record the run. `hvd-w2v train` (hvd_w2v/cli.py) and the Python API's ``hvd_w2v.
 
 Every function here is collective: every rank of the job calls it, with the same arguments. Bad input raises
 UserError on every rank (comm.agree), before anything already saved is touched. Messages go to rank 0's
-stderr (comm.log); the run's record is OUT/run.json (hvd_w2v/runfolder.py).
+stderr (comm.log); the run's record is OUT/run.json (hvd_w2v/queries/runfolder.py).
 """
 import functools
 import inspect
@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .wording import counted, readable_bytes
+from .common.wording import counted, readable_bytes
 
 DEFAULT_CORPUS = os.path.join("data", "real", "corpus.txt")
 DEFAULT_OUT = os.path.join("runs", "default")
@@ -25,7 +25,7 @@ FORMATS = ("text", "binary")
 @dataclass
 class Run:
     """What :func:`train` leaves on every rank: the ranks (``comm``), the Config, the vocabulary, this rank's
-    share of the model (training.ShardedModel: its rows of W_in and W_out), the training's ``stats`` (training.train;
+    share of the model (loop.ShardedModel: its rows of W_in and W_out), the training's ``stats`` (loop.train;
     empty counts when --resume found the run finished) and the run's ``record`` (what OUT/run.json holds)."""
 
     comm: object
@@ -40,8 +40,8 @@ class Run:
     def wv(self):
         """The trained word vectors (W_in) as sharded KeyedVectors, gensim's name: each rank keeps its rows.
         Made once: it holds a contiguous copy of this rank's W_in rows (the model interleaves W_in and W_out)."""
-        from .keyedvectors import KeyedVectors
-        from .vectors import ShardedVectors
+        from .queries.keyedvectors import KeyedVectors
+        from .queries.vectors import ShardedVectors
 
         return KeyedVectors(ShardedVectors(self.comm, self.model.plan, self.vocab, self.model.w_in))
 
@@ -53,7 +53,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
     ``corpus``: a path or a list of them: text files, plain or .gz, or folders of them (corpus.files_of: their
     files in name order; None: the real English corpus, built into data/real on first use).
-    ``config``: the model's and the step's settings, hvd_w2v.config.Config's fields (dim=100, window=5,
+    ``config``: the model's and the step's settings, hvd_w2v.common.config.Config's fields (dim=100, window=5,
     negative=5, min_count=5, sample=1e-3, epochs=5, alpha=0.025, sg=True, batch_words=2048, ...; the same
     defaults and meanings as `hvd-w2v train`'s options of those names; another name, gensim's included, or a
     value of the wrong type is a UserError naming the option meant). ``shards``, ``superstep`` and
@@ -62,7 +62,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     - ``threads``: compute threads per rank (None: $HVD_W2V_THREADS, which mpi/launch sets, else 1, and the
       layout line then says how many CPUs that leaves idle);
     - ``stall_timeout``: seconds a rank waits for the others before the job ends with exit code 76 (None:
-      automatic, 0: never; hvd_w2v/watchdog.py);
+      automatic, 0: never; hvd_w2v/parallel/watchdog.py);
     - ``max_memory_per_rank``: refuse to start when the memory plan needs more per rank (bytes, or "4G"),
       checked while the vocabulary is counted and once it is;
     - ``checkpoint_every``: minutes between checkpoints (0: only on SIGTERM or SIGUSR1);
@@ -74,7 +74,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin), one or a list;
     - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars.
 
-    One job per run folder: rank 0 holds ``out``'s lock (hvd_w2v/runlock.py) from before anything is written
+    One job per run folder: rank 0 holds ``out``'s lock (hvd_w2v/store/runlock.py) from before anything is written
     to the end, and another job into ``out`` is refused naming it. What the run prepares (vocab.txt, ids/) is
     written into OUT/.staging and moved into place only once the run is known to go ahead (--resume's
     checkpoint found compatible), so a refused run leaves the folder as it was.
@@ -84,8 +84,8 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     from then on the process ignores those signals, so that a launcher's later SIGTERM cannot turn the exit
     code into 143.
     """
-    from . import memory
-    from .config import Config
+    from .common.config import Config
+    from .planning import memory
 
     unknown_options(config)
     cfg = Config(**config)
@@ -95,7 +95,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     format = [format] if isinstance(format, str) else list(format)
     unknown = set(format) - set(FORMATS)
     if unknown or not format:
-        from .errors import UserError
+        from .common.errors import UserError
 
         raise UserError(f"format must be one or both of {', '.join(FORMATS)}, got {', '.join(format) or 'none'}")
     limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
@@ -112,8 +112,10 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
 def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
     """:func:`train` once ``out``'s lock is held."""
-    from . import checkpoint, divergence, memory
-    from .watchdog import io_budget
+    from .parallel.watchdog import io_budget
+    from .planning import memory
+    from .store import checkpoint
+    from .training import divergence
 
     comm, say = saver.comm, saver.log
     if resume:
@@ -126,7 +128,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
 
     paths, voc, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage)
     if tensorboard:
-        from . import runfolder
+        from .queries import runfolder
 
         runfolder.writable(comm, tensorboard, shared=False)  # rank 0 alone writes the scalars
     stream = encode(comm, paths, voc, stage, quiet)
@@ -187,8 +189,8 @@ def unknown_options(config):
     not a Config field, and the option meant: gensim's name's counterpart, or the closest spelling."""
     import difflib
 
-    from .config import Config
-    from .errors import UserError
+    from .common.config import Config
+    from .common.errors import UserError
 
     options = Config.options()
     name = next((n for n in config if n not in options), None)
@@ -204,7 +206,7 @@ def unknown_options(config):
 def start(cfg=None, threads=None, stall_timeout=None):
     """MPI and Horovod (the first call starts them; comm.init): ``threads`` compute threads per rank, and
     Horovod's cycle, short with hot rows, whose allreduce every step waits for. Returns the Comm."""
-    from . import comm as comm_mod
+    from .parallel import comm as comm_mod
 
     hot = cfg is not None and cfg.hot_rows
     return comm_mod.init(threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS,
@@ -224,11 +226,14 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     while the text is read. With the compiled passes, a job that encodes (``stage`` "encode" or "train")
     counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for :func:`encode`
     (vocab.build's ``numbered``)."""
-    from . import export as export_mod
-    from . import memory, native, runfolder, vocab
-    from .comm import log
-    from .corpus import most_readers
-    from .shard import RowPlan
+    from .kernels import native
+    from .parallel.comm import log
+    from .parallel.shard import RowPlan
+    from .planning import memory
+    from .queries import runfolder
+    from .store import export as export_mod
+    from .text import vocab
+    from .text.corpus import most_readers
 
     say = lambda m: log(comm, m)  # noqa: E731
     comm.watch.enter("vocab")
@@ -244,7 +249,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
                                         most_readers(paths, comm.size, comm.threads))
     numbered = None
     if stage != "vocab" and native.text_kernel() is not None:
-        from .encode import Provisional
+        from .text.encode import Provisional
 
         # As many files open as pieces read at once, at most (corpus.readers: no more than the threads); the
         # files are not looked at before vocab.build has checked them.
@@ -263,13 +268,14 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
 
 
 def hold(comm, out, command, resume=False, overwrite=False):
-    """Rank 0 takes ``out``'s lock (hvd_w2v/runlock.py), before anything is written there, and refuses a run
+    """Rank 0 takes ``out``'s lock (hvd_w2v/store/runlock.py), before anything is written there, and refuses a run
     that would replace one the folder holds: a fresh ``train`` (neither ``resume`` nor ``overwrite``), or
     ``vocab``/``encode`` (``command``) without ``overwrite``. The outcome is agreed: UserError on every rank.
     Returns the runlock.Lock on rank 0, None elsewhere; :func:`release` it. Collective."""
-    from . import runfolder, runlock
-    from .comm import log
-    from .errors import UserError
+    from .common.errors import UserError
+    from .parallel.comm import log
+    from .queries import runfolder
+    from .store import runlock
 
     lock, error = None, None
     # The other ranks wait here while rank 0 may wait for a requeued job's previous run: not a stall.
@@ -327,9 +333,9 @@ def commit(comm, stage, out, stream=None, start_over=False):
     is given. Collective."""
     import shutil
 
-    from . import checkpoint
-    from .comm import log
-    from .encode import TokenStream
+    from .parallel.comm import log
+    from .store import checkpoint
+    from .text.encode import TokenStream
 
     error = None
     if comm.rank == 0:
@@ -361,8 +367,8 @@ def commit(comm, stage, out, stream=None, start_over=False):
 def corpus_files(comm, paths, say):
     """``paths`` with each folder replaced by its files (corpus.files_of), as rank 0 lists them: hosts that
     listed a folder each could see it differ while a file is written into it. Collective (one broadcast)."""
-    from .corpus import files_of
-    from .errors import UserError
+    from .common.errors import UserError
+    from .text.corpus import files_of
 
     listed = None
     if comm.rank == 0:
@@ -380,10 +386,10 @@ def corpus_files(comm, paths, say):
 
 
 def encode(comm, paths, voc, out, quiet=False):
-    """The corpus as word ids, OUT/ids/ (hvd_w2v.encode); returns the id stream (encode.TokenStream).
+    """The corpus as word ids, OUT/ids/ (hvd_w2v.text.encode); returns the id stream (encode.TokenStream).
     ``quiet``: no progress lines while the text is read."""
-    from . import encode as encode_mod
-    from .comm import log
+    from .parallel.comm import log
+    from .text import encode as encode_mod
 
     comm.watch.enter("encode")
     return encode_mod.encode(comm, paths, voc, os.path.join(out, "ids"), lambda m: log(comm, m), not quiet)
@@ -391,8 +397,8 @@ def encode(comm, paths, voc, out, quiet=False):
 
 def export(comm, folder, model, words, formats=FORMATS, name="vectors"):
     """W_in as word2vec files FOLDER/NAME.txt and/or .bin: each rank writes its own rows' lines, streamed."""
-    from . import export as export_mod
-    from .comm import log
+    from .parallel.comm import log
+    from .store import export as export_mod
 
     for fmt in formats:
         path = os.path.join(folder, f"{name}.{'bin' if fmt == 'binary' else 'txt'}")
@@ -402,7 +408,7 @@ def export(comm, folder, model, words, formats=FORMATS, name="vectors"):
 
 def default_corpus(comm):
     """The real English corpus (hvd_w2v.realcorpus), built by rank 0 on first use; returns its paths."""
-    from .watchdog import CORPUS_BUDGET
+    from .parallel.watchdog import CORPUS_BUDGET
 
     error = None
     before = comm.watch.enter("corpus", budget=CORPUS_BUDGET)  # rank 0 may download for minutes meanwhile
@@ -429,9 +435,9 @@ def memory_limit(comm, limit=None):
     or None when there is none. Collective (the layout's allgather)."""
     import socket
 
-    from . import comm as comm_mod
-    from . import memory
-    from .comm import log
+    from .parallel import comm as comm_mod
+    from .parallel.comm import log
+    from .planning import memory
 
     # Every rank's host, so each knows how many ranks share its node (and its cgroup).
     hosts, where = comm_mod.layout(comm)
@@ -447,9 +453,10 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
     memory.MemoryPlan.peak), and refuse, on every rank, when it does not fit ``cap`` (:func:`memory_limit`'s
     ``(bytes per rank, source)``, or None). Returns the MemoryPlan. Runs once the vocabulary is counted, before
     the model is allocated and before the output folder is written."""
-    from . import memory, native
-    from .comm import log
-    from .corpus import most_readers
+    from .kernels import native
+    from .parallel.comm import log
+    from .planning import memory
+    from .text.corpus import most_readers
 
     # The kept tokens approximate the id stream's length (sentence ends add one position per line). What the
     # count found (its distinct tokens, the most a rank hash-owned, the tokens read) sizes the text passes.
@@ -492,9 +499,9 @@ def against_plan(planned, peak_mib):
 def _saver(out, cfg, threads, stall_timeout, checkpoint_every):
     """Start the ranks and catch SIGTERM/SIGUSR1 from here on (a signal during the vocabulary or encoding is
     acted on at training's first agreed step boundary). Returns the checkpoint.Saver of OUT/checkpoints."""
-    from . import checkpoint
-    from .comm import log
-    from .errors import UserError
+    from .common.errors import UserError
+    from .parallel.comm import log
+    from .store import checkpoint
 
     if checkpoint_every < 0:
         raise UserError(f"--checkpoint-every must be 0 (only on a signal) or more minutes, got {checkpoint_every}")
@@ -506,14 +513,14 @@ def _saver(out, cfg, threads, stall_timeout, checkpoint_every):
 
 
 def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, resume, quiet, tensorboard):
-    """training.train from scratch, or with ``resume`` from the newest good checkpoint of this run, once the
+    """loop.train from scratch, or with ``resume`` from the newest good checkpoint of this run, once the
     staged vocab.txt and ids/ (in ``stage``) are moved into ``out`` (:func:`commit`: after --resume's checks,
     so a refused resume leaves the run as it was). Starts the run's ``record``: its meta, ranks, corpus and
     state "training". Returns (ShardedModel, stats, the id stream of OUT/ids)."""
-    from . import checkpoint
-    from . import training
-    from .progress import Progress
-    from .shard import RowPlan
+    from .common.progress import Progress
+    from .parallel.shard import RowPlan
+    from .store import checkpoint
+    from .training import loop
 
     say = saver.log
     # The vocabulary as written at the start of this run (vocab.txt) names it in every checkpoint.
@@ -538,9 +545,9 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
 
     _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
             state="training", steps_done=resumed.step if resumed else 0, hvd_w2v=__version__)
-    # The same object on every rank: with TensorBoard each report is collective (training.train's contract).
+    # The same object on every rank: with TensorBoard each report is collective (loop.train's contract).
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
-    return training.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
+    return loop.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
                           rule=_rule(cfg)) + (stream,)
 
 
@@ -550,7 +557,7 @@ def settle(comm, cfg, resumed=None, say=None):
     read by rank 0) when resuming one. Collective (one allgather). ``say``: where the choice is told."""
     import socket
 
-    from . import runfolder
+    from .queries import runfolder
 
     record = runfolder.read_record(resumed) if resumed and comm.rank == 0 else None
     previous = record.get("config") if record and isinstance(record.get("config"), dict) else None
@@ -567,12 +574,12 @@ def settle(comm, cfg, resumed=None, say=None):
 
 
 def _rule(cfg):
-    """The step rule ``cfg`` asks for: localsgd.LocalSGD with shards, else training.ExactStep."""
+    """The step rule ``cfg`` asks for: localsgd.LocalSGD with shards, else loop.ExactStep."""
     if cfg.shards:
-        from .localsgd import LocalSGD
+        from .training.localsgd import LocalSGD
 
         return LocalSGD
-    from .training import ExactStep
+    from .training.loop import ExactStep
 
     return ExactStep
 
@@ -580,8 +587,8 @@ def _rule(cfg):
 def _record(comm, out, record, **changes):
     """Update the run's ``record`` (OUT/run.json) with ``changes``; rank 0 writes it. A record that cannot
     be written is worth a warning, not the run. Every rank keeps the same dict."""
-    from . import runfolder
-    from .comm import log
+    from .parallel.comm import log
+    from .queries import runfolder
 
     record.update(changes)
     if comm.rank == 0:
@@ -595,7 +602,7 @@ def _record_stall(out, record, info, saver):
     """The stall in the run's record: called by the watchdog thread of the rank that ends the job, whichever
     it is (rank 0 may be the one stopped), just before it ends it; ``steps_done`` is the steps that rank had
     done, ``checkpoint`` the newest one, where --resume goes on from."""
-    from . import runfolder
+    from .queries import runfolder
 
     record.update(state="stalled", stall=info, steps_done=info["step"],
                   **({"checkpoint": saver.keep} if saver.keep else {}))

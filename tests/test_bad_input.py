@@ -97,8 +97,8 @@ def test_one_long_line_without_newline_trains(tmp_path, good):
 def test_python_values_of_the_wrong_type_are_refused_by_name(values, fragment):
     """What the command line's parser would refuse, from a Python caller (hvd_w2v.train's options): one
     message naming the option. gensim's sg=0 and sg=1 mean CBOW and skip-gram."""
-    from hvd_w2v.config import Config
-    from hvd_w2v.errors import UserError
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.common.errors import UserError
 
     assert Config(sg=0).sg is False and Config(sg=1).sg is True
     with pytest.raises(UserError) as caught:

@@ -2,9 +2,10 @@
 import numpy as np
 import pytest
 
-from hvd_w2v import batches, native
-from hvd_w2v.config import Config
-from hvd_w2v.vocab import CountRuns, Vocab
+from hvd_w2v.common.config import Config
+from hvd_w2v.kernels import native
+from hvd_w2v.text.vocab import CountRuns, Vocab
+from hvd_w2v.training import batches
 
 
 class Ids:
@@ -118,8 +119,8 @@ def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot,
     """The compiled step's StepPlan (one block), from real examples (noise words equal to their centre included):
     keys grouped by owner as numpy's (within an owner the order may differ: no sum depends on it), the same
     SGD count per key, and every example slot pointing at the same key."""
-    from hvd_w2v.shard import RowPlan
-    from hvd_w2v.training import StepPlan
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.training.loop import StepPlan
 
     stream, voc = zipf_stream(30_000, 3_000, seed=2), zipf_vocab(3_000, 1e-3)
     plan = RowPlan(3_000, ranks)
@@ -153,9 +154,9 @@ def test_the_compiled_examples_on_threads_are_the_same(builder, threads):
 def test_the_compiled_step_plan_numbers_rare_words_as_numpy(builder, monkeypatch, ranks):
     """Ids past the builder's dense numbers (batches_kernel.cc's DENSE_IDS, a hash table then), mixed with
     frequent ones: the same plan as numpy's, twice in a row (the dense numbers are left zeros between calls)."""
-    from hvd_w2v.batches import Batch
-    from hvd_w2v.shard import RowPlan
-    from hvd_w2v.training import StepPlan
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.training.batches import Batch
+    from hvd_w2v.training.loop import StepPlan
 
     rng = np.random.default_rng(8)
     vocab, n = 400_000, 1500
@@ -182,9 +183,9 @@ def test_the_compiled_step_plan_on_threads_is_the_same(builder, ranks, n_hot, th
     """The step's table numbered on several threads (each numbering its classes of keys): the same arrays,
     element for element, as on one thread, keys in the same order; with ids past the dense numbers (the hash
     table) and frequent ones, over several calls (each thread's dense numbers left zeros between them)."""
-    from hvd_w2v.batches import Batch
-    from hvd_w2v.shard import RowPlan
-    from hvd_w2v.training import StepPlan
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.training.batches import Batch
+    from hvd_w2v.training.loop import StepPlan
 
     rng = np.random.default_rng(9)
     vocab = 400_000

@@ -24,7 +24,7 @@ from hvd_w2v.synthetic import generate
 
 COMMANDS = ["train", "vocab", "encode", "export", "evaluate", "neighbors", "analogy", "info", "check", "plan"]
 TIMEOUT = 120
-# The progress line benchmarks parse when the output is not a terminal (hvd_w2v/progress.py).
+# The progress line benchmarks parse when the output is not a terminal (hvd_w2v/common/progress.py).
 LOG_LINE = re.compile(r"^train: +\d+\.\d%  epoch \d+/\d+  [\d,]+ words/s  loss \d+\.\d{4}  alpha \d\.\d{5}  "
                       r"eta [\d,]+ s(?:  slowest rank \d+ \+[\d,]+\.\d ms/step)?$", re.M)  # the lag: 2+ ranks
 
@@ -142,7 +142,7 @@ def test_a_bad_config_file_is_one_clear_error(tmp_path, text, suffix, fragment):
 def test_encode_with_a_config_file_writes_the_vocabulary_and_ids(corpus, tmp_path):
     from collections import Counter
 
-    from hvd_w2v.encode import TokenStream
+    from hvd_w2v.text.encode import TokenStream
 
     config = tmp_path / "enc.toml"
     config.write_text(f'corpus = ["{corpus}"]\nout = "{tmp_path / "enc"}"\nmin-count = 1000\n')
@@ -425,7 +425,7 @@ class FakeComm:
 def test_progress_lines_when_not_a_terminal_and_a_bar_on_one(monkeypatch):
     import io
 
-    from hvd_w2v import progress
+    from hvd_w2v.common import progress
 
     monkeypatch.delenv(progress.TTY_ENV, raising=False)
     reports = [(s, s / 20) for s in range(20, 201, 20)]  # (step, seconds): a report every second of a 10 s run
@@ -506,7 +506,8 @@ def test_reading_progress_through_a_pass_over_the_corpus(tmp_path):
     its percentage of this rank's bytes, plain and gzip, and nothing for a pass shorter than that."""
     import gzip
 
-    from hvd_w2v import corpus, progress
+    from hvd_w2v.common import progress
+    from hvd_w2v.text import corpus
 
     text = b"".join(b"w%d w%d w%d\n" % (i, i + 1, i + 2) for i in range(20000))
     (tmp_path / "a.txt").write_bytes(text)
@@ -578,7 +579,7 @@ def test_a_rank_started_without_a_budget_says_what_its_cpus_could_do():
     cores = len(os.sched_getaffinity(0))
     if cores < 2:
         pytest.skip("one CPU: one thread each uses it all")
-    script = "from hvd_w2v import comm; print(comm.layout(comm.init())[1])"
+    script = "from hvd_w2v.parallel import comm; print(comm.layout(comm.init())[1])"
 
     def layout(**env):
         clean = {k: v for k, v in os.environ.items() if k != "HVD_W2V_THREADS"}
@@ -598,7 +599,7 @@ def test_a_host_running_more_threads_than_cpus_says_so():
     """2 ranks x all the host's CPUs as threads each: the layout line names the host and the oversubscription;
     1 rank x the same threads does not."""
     cores = len(os.sched_getaffinity(0))
-    script = ("from hvd_w2v import comm\nc = comm.init()\ntext = comm.layout(c)[1]\n"
+    script = ("from hvd_w2v.parallel import comm\nc = comm.init()\ntext = comm.layout(c)[1]\n"
               "if c.rank == 0:\n    print(text, flush=True)\n")
     host = os.uname().nodename
 

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.mpi(2, 3)
 def test_horovod_allreduce_and_mpi4py_alltoall(comm, nranks):
-    from hvd_w2v import comm as hcomm
+    from hvd_w2v.parallel import comm as hcomm
 
     c = hcomm.init()
     assert (c.rank, c.size) == (comm.Get_rank(), nranks)
@@ -22,7 +22,7 @@ def test_horovod_allreduce_and_mpi4py_alltoall(comm, nranks):
 
 @pytest.mark.mpi(1, 2, 3)
 def test_alltoallv_many_moves_every_block_and_leaves_the_own_one_when_asked(comm, nranks):
-    from hvd_w2v import comm as hcomm
+    from hvd_w2v.parallel import comm as hcomm
 
     c = hcomm.init()
     # Rank r sends d + 1 rows to rank d, each row [r, d, i], and 2 ints to every rank, in flight together.
@@ -53,10 +53,10 @@ def test_export_writes_every_ranks_lines_as_one_rank_would(comm, nranks):
 
     import numpy as np
 
-    from hvd_w2v import export
-    from hvd_w2v.comm import Comm
-    from hvd_w2v.shard import RowPlan
-    from hvd_w2v.vocab import WordList
+    from hvd_w2v.parallel.comm import Comm
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.store import export
+    from hvd_w2v.text.vocab import WordList
 
     c = Comm(comm, None)  # mpi4py alone: write_ordered uses no Horovod
     size = 2 * export.BLOCK_ROWS * nranks + 5

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import launch
-from hvd_w2v.config import Config
-from hvd_w2v.divergence import EXIT_DIVERGED, Diverged, Guard, largest_norm, loss_bound
+from hvd_w2v.common.config import Config
 from hvd_w2v.synthetic import generate
+from hvd_w2v.training.divergence import EXIT_DIVERGED, Diverged, Guard, largest_norm, loss_bound
 
 
 def test_the_guard_passes_a_run_that_learns_and_names_what_grew_in_one_that_does_not():

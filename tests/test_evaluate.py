@@ -1,4 +1,4 @@
-"""Evaluation on the sharded model (hvd_w2v.evaluate): the same scores as gensim's evaluators, on any rank count.
+"""Evaluation on the sharded model (queries/evaluate.py): the same scores as gensim's evaluators, on any rank count.
 
 The vectors are made by hand: a "planted" section whose analogies hold by construction (y_i = x_i + r), a
 "noisy" one where about half do, random distractors, case variants (gensim folds case and takes the most
@@ -104,10 +104,10 @@ def gensim_cosmul(kv, path, restrict):
 def test_scores_match_gensim(comm, nranks, tmp_path_factory, capsys):
     from gensim.models import KeyedVectors
 
-    from hvd_w2v import comm as comm_mod
-    from hvd_w2v.errors import UserError
-    from hvd_w2v.evaluate import analogies, similarity
-    from hvd_w2v.vectors import load
+    from hvd_w2v.common.errors import UserError
+    from hvd_w2v.parallel import comm as comm_mod
+    from hvd_w2v.queries.evaluate import analogies, similarity
+    from hvd_w2v.queries.vectors import load
 
     c = comm_mod.init()
     folder = comm.bcast(str(tmp_path_factory.mktemp("eval")) if c.rank == 0 else None)

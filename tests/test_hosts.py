@@ -275,7 +275,7 @@ def test_out_on_node_local_disks(hosts, corpus, disk):
                       f"(NFS)"], r.output
 
 
-# The run folder's lock (hvd_w2v/runlock.py) as a job holds it, in a process of one host, and its takeover.
+# The run folder's lock (hvd_w2v/store/runlock.py) as a job holds it, in a process of one host, and its takeover.
 HOLD = """import sys, time
 from hvd_w2v import runlock
 lock = runlock.acquire(sys.argv[1])
@@ -284,7 +284,7 @@ time.sleep(120)
 """
 PROBE = """import sys
 from hvd_w2v import runlock
-from hvd_w2v.errors import UserError
+from hvd_w2v.common.errors import UserError
 try:
     runlock.acquire(sys.argv[1], print, wait=0).release()
     print("acquired")
@@ -299,7 +299,7 @@ def test_one_job_per_run_folder_across_hosts(hosts, corpus, tmp_path):
     heartbeat older than the limit lets nodeB take it over."""
     import json
 
-    from hvd_w2v import runlock
+    from hvd_w2v.store import runlock
 
     out = tmp_path / "out"
     holder = hosts.popen("nodeA", [sys.executable, "-c", HOLD, out], stdout=subprocess.PIPE,

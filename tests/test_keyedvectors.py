@@ -1,4 +1,4 @@
-"""hvd_w2v.keyedvectors against gensim's own KeyedVectors on the same vectors file, at 1 and 3 ranks.
+"""hvd_w2v.queries.keyedvectors against gensim's own KeyedVectors on the same vectors file, at 1 and 3 ranks.
 
 The vectors are test_evaluate's hand-made ones (planted and noisy analogies, case variants, words beyond the
 restriction) plus words that are not ASCII. Every method's answer is compared with gensim's, and with the
@@ -36,9 +36,10 @@ def write_run(c, folder, words, vectors, step=3):
     """A run folder as train leaves one with --no-final-checkpoint: vocab.txt, a checkpoint of step ``step``
     written by this job's ranks (W_in = ``vectors``), run.json "finished" and the final vectors.bin.
     Collective."""
-    from hvd_w2v import checkpoint, runfolder
-    from hvd_w2v.config import Config
-    from hvd_w2v.shard import RowPlan
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.queries import runfolder
+    from hvd_w2v.store import checkpoint
 
     run = f"{folder}/run"
     if c.rank == 0:
@@ -82,9 +83,9 @@ def same_pairs(ours, theirs):
 def test_keyedvectors_match_gensim(comm, nranks, tmp_path_factory, capsys):
     from gensim.models import KeyedVectors as GensimKV
 
-    from hvd_w2v import comm as comm_mod
-    from hvd_w2v.errors import UserError
-    from hvd_w2v.keyedvectors import load
+    from hvd_w2v.common.errors import UserError
+    from hvd_w2v.parallel import comm as comm_mod
+    from hvd_w2v.queries.keyedvectors import load
 
     c = comm_mod.init()
     folder = comm.bcast(str(tmp_path_factory.mktemp("kv")) if c.rank == 0 else None)
@@ -214,7 +215,7 @@ def test_pvalues_match_scipy():
     """evaluate.correlation_pvalue (no scipy) against scipy.stats' pearsonr and spearmanr."""
     from scipy import stats
 
-    from hvd_w2v.evaluate import _pearson, _ranks, betainc, correlation_pvalue
+    from hvd_w2v.queries.evaluate import _pearson, _ranks, betainc, correlation_pvalue
     from scipy.special import betainc as ref_betainc
 
     rng = np.random.default_rng(0)

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import launch
-from hvd_w2v import batches, localsgd, native
-from hvd_w2v.shard import RowPlan
+from hvd_w2v.kernels import native
+from hvd_w2v.parallel.shard import RowPlan
 from hvd_w2v.synthetic import generate
+from hvd_w2v.training import batches, localsgd
 from test_train import load
 
 # A shard's float32 dot products and sigmoids are summed in another order by the kernel (SIMD) than by numpy,
@@ -101,7 +102,7 @@ def test_bad_rows_or_bounds_are_refused():
 def test_the_clip_bounds_each_merged_row_after_the_sources_are_summed():
     """--merge-clip: every source's delta of a row summed first, then the sum scaled down to the clip's norm
     (two deltas under the clip whose sum is over it are clipped); the cap's scale applies before it."""
-    from hvd_w2v.localsgd import ClippedMerge
+    from hvd_w2v.training.localsgd import ClippedMerge
 
     table = np.zeros((6, 3), np.float32)
     rows = np.array([1, 2, 3, 2, 3, 4], np.int64)  # source 0: rows 1, 2, 3; source 1: rows 2, 3, 4
@@ -122,7 +123,7 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
     """Config.settled: the exact step on one host; on several a shard a thread, super-steps of 4,096 positions
     in all (at least 64 a shard) and the merge clipped to 1 on every V and S; what the options say wins; a
     resume keeps the resumed run's choices with its shards."""
-    from hvd_w2v.config import Config
+    from hvd_w2v.common.config import Config
 
     def chosen(cfg):
         return cfg.shards, cfg.superstep, cfg.merge_clip
@@ -141,7 +142,7 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
     assert chosen(Config(shards=8).settled(1, 2, before)) == (8, 512, 1.0)
     assert auto.settled(2, 64, dict(shards=0)).shards == 0
     # bfloat16 rows and deltas are shard-local SGD's alone: refused where the exact step runs
-    from hvd_w2v.errors import UserError
+    from hvd_w2v.common.errors import UserError
     assert Config(wire="bfloat16").settled(2, 64).wire == "bfloat16"
     with pytest.raises(UserError, match="--wire bfloat16 is shard-local SGD's"):
         Config(wire="bfloat16").settled(1, 64)
@@ -245,7 +246,7 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
 def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, capsys):
     """localplan on a small corpus: a row per (bandwidth, S, P, H); one node exchanges nothing and is the
     efficiency's 100%; more nodes send bytes and the exact step's projection stands beside."""
-    from hvd_w2v import localplan
+    from hvd_w2v.planning import localplan
 
     assert localplan.main([corpus, "--nodes", "1,4", "--threads", "4", "--superstep", "256",
                            "--bandwidth", "100", "--hot-rows", "0,50", "--exact-steps", "2"]) == 0

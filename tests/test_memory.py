@@ -6,11 +6,12 @@ from dataclasses import replace
 import pytest
 
 from conftest import launch
-from hvd_w2v import encode, memory, vocab
-from hvd_w2v.corpus import most_readers
-from hvd_w2v.config import Config
-from hvd_w2v.errors import UserError
+from hvd_w2v.common.config import Config
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.planning import memory
 from hvd_w2v.synthetic import generate
+from hvd_w2v.text import encode, vocab
+from hvd_w2v.text.corpus import most_readers
 
 MIB = memory.MIB
 
@@ -209,7 +210,7 @@ def test_the_plans_table_grows_where_the_kernels_does():
     32 MiB."""
     import numpy as np
 
-    from hvd_w2v import native
+    from hvd_w2v.kernels import native
 
     lib = native.text_kernel()
     if lib is None:
@@ -253,9 +254,9 @@ def test_counting_refuses_before_the_owned_counts_outgrow_the_limit(tmp_path, mo
     """One rank: the count asks before each part of its text (64 KiB blocks here) and stops, with the plan's
     message, where the table of its distinct tokens would pass the limit; under a limit it fits, the same
     counts as without one."""
-    from hvd_w2v import corpus as corpus_mod
-    from hvd_w2v import native
-    from hvd_w2v.plan import Alone
+    from hvd_w2v.kernels import native
+    from hvd_w2v.planning.plan import Alone
+    from hvd_w2v.text import corpus as corpus_mod
 
     if kernel == "python":
         monkeypatch.setattr(native, "text_kernel", lambda: None)
@@ -315,7 +316,7 @@ def test_address_space_limit_is_not_a_memory_limit():
     import subprocess
     import sys
 
-    code = "from hvd_w2v import memory; print(memory.limits(1, {}))"
+    code = "from hvd_w2v.planning import memory; print(memory.limits(1, {}))"
     runs = [subprocess.run(["sh", "-c", f"{ulimit}exec {sys.executable} -c '{code}'"], capture_output=True,
                            text=True, timeout=60) for ulimit in ("", "ulimit -v 3000000 && ")]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]

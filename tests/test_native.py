@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from hvd_w2v import native
+from hvd_w2v.kernels import native
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -209,7 +209,7 @@ def test_the_compiled_copies_give_the_same_bytes_on_any_thread_count():
 BUILDER = """
 import ctypes, fcntl, socket, sys
 fcntl.flock = lambda *args: None  # the lock protects nothing across hosts
-from hvd_w2v import native
+from hvd_w2v.kernels import native
 path = native.build("rows_kernel")
 ctypes.CDLL(path)  # a whole library, not a mix of two builds
 print(socket.gethostname(), path)

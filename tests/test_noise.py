@@ -1,7 +1,7 @@
 """Noise words: vocab.CountRuns.draw_noise, the inverse CDF of unigram^0.75 read from runs of equal counts."""
 import numpy as np
 
-from hvd_w2v.vocab import NOISE_POWER, CountRuns
+from hvd_w2v.text.vocab import NOISE_POWER, CountRuns
 
 
 def runs(seed=0):

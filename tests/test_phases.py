@@ -3,8 +3,8 @@ threads (the timings themselves are a benchmark, not a test)."""
 import pytest
 
 from hvd_w2v.bench import phases
-from hvd_w2v.config import Config
-from hvd_w2v.plan import open_corpus
+from hvd_w2v.common.config import Config
+from hvd_w2v.planning.plan import open_corpus
 from hvd_w2v.synthetic import generate
 
 

@@ -1,4 +1,4 @@
-"""The dry-run planner (hvd_w2v.plan) against real training: the bytes per word it counts from the step plans
+"""The dry-run planner (hvd_w2v.planning.plan) against real training: the bytes per word it counts from the step plans
 of every rank, in one process, are those `hvd-w2v train` reports having sent, at 2, 3 and 4 ranks."""
 import json
 import re
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import launch
-from hvd_w2v import plan
-from hvd_w2v.config import Config
-from hvd_w2v.errors import UserError
+from hvd_w2v.common.config import Config
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.planning import plan
 from hvd_w2v.synthetic import generate
 
 # 6,000 raw words: one key asked of another rank more or less (16 B, and its row and update, 400 B each)
@@ -68,8 +68,8 @@ def test_sampled_steps_spread_over_the_epoch():
 
 def test_a_rank_plans_what_training_prepares(corpus, tmp_path):
     """plan_steps' keys per owner are those of training.prepare_step, the function each training rank calls."""
-    from hvd_w2v.shard import RowPlan
-    from hvd_w2v.training import prepare_step
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.training.loop import prepare_step
 
     cfg = Config(batch_words=256)
     c = plan.open_corpus([corpus], cfg)

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from hvd_w2v.bench import plots, scale, throughput  # noqa: E402
-from hvd_w2v.progress import Progress  # noqa: E402
+from hvd_w2v.common.progress import Progress  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

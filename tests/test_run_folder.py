@@ -1,6 +1,6 @@
 """A run folder is never damaged (issue 38): a refused run leaves every file as it was, a fresh train into a
 folder holding a run is refused without --overwrite, one job at a time holds the folder's lock
-(hvd_w2v/runlock.py), a stale lock is taken over, a requeued job waits a bounded time for its previous run,
+(hvd_w2v/store/runlock.py), a stale lock is taken over, a requeued job waits a bounded time for its previous run,
 and queries read a folder whose lock another job holds without taking it or writing anything.
 
 The lock's rules are tested in this process (runlock.acquire); the commands on real ranks through
@@ -21,8 +21,8 @@ import pytest
 
 from bounded import kill_group
 from conftest import LAUNCH, ROOT, launch
-from hvd_w2v import runlock
-from hvd_w2v.errors import UserError
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.store import runlock
 from hvd_w2v.synthetic import generate
 
 OPTIONS = ["--epochs", "1", "--batch-words", "8192", "--quiet", "--show", "", "--format", "binary"]

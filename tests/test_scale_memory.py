@@ -159,10 +159,10 @@ def test_counts_are_exact_over_many_rounds(comm, tmp_path_factory):
     """With a partial Counter of at most 64 words, ranks go through hundreds of rounds, ending their text
     in different rounds (the first half of the text repeats a few words, the second is Zipf-distributed):
     the vocabulary still equals a plain count of the whole file."""
-    from hvd_w2v import vocab
-    from hvd_w2v.comm import Comm
-    from hvd_w2v.config import Config
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.parallel.comm import Comm
     from hvd_w2v.synthetic import generate
+    from hvd_w2v.text import vocab
 
     folder = comm.bcast(str(tmp_path_factory.mktemp("rounds")) if comm.Get_rank() == 0 else None)
     path = f"{folder}/mixed.txt"
@@ -198,9 +198,9 @@ def _probe_main(corpus):
 
     from mpi4py import MPI
 
-    from hvd_w2v import vocab
-    from hvd_w2v.comm import Comm
-    from hvd_w2v.config import Config
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.parallel.comm import Comm
+    from hvd_w2v.text import vocab
 
     def status(key):
         with open("/proc/self/status") as f:

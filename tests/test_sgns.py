@@ -3,10 +3,10 @@ numpy; one trace of the graph for every shape."""
 import numpy as np
 import pytest
 
-from hvd_w2v import sgns
-from hvd_w2v.batches import Batch
-from hvd_w2v.shard import RowPlan
-from hvd_w2v.training import StepPlan
+from hvd_w2v.parallel.shard import RowPlan
+from hvd_w2v.training import sgns
+from hvd_w2v.training.batches import Batch
+from hvd_w2v.training.loop import StepPlan
 
 
 def one_group(sg, fused):

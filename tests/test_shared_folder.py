@@ -126,10 +126,10 @@ WRITER = """
 import os, resource, sys
 import numpy as np
 from mpi4py import MPI
-from hvd_w2v import export
-from hvd_w2v.comm import Comm
-from hvd_w2v.errors import UserError
-from hvd_w2v.shard import RowPlan
+from hvd_w2v.store import export
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.parallel.comm import Comm
+from hvd_w2v.parallel.shard import RowPlan
 
 comm = Comm(MPI.COMM_WORLD, None)  # mpi4py alone: write_ordered uses no Horovod
 if sys.argv[2:] == ["--limit"] and comm.rank == 1:
@@ -168,10 +168,10 @@ def test_write_ordered_cannot_hang(tmp_path, out, fault):
 ENCODER = """
 import resource, sys
 from mpi4py import MPI
-from hvd_w2v import encode, vocab
-from hvd_w2v.comm import Comm
-from hvd_w2v.config import Config
-from hvd_w2v.errors import UserError
+from hvd_w2v.text import encode, vocab
+from hvd_w2v.common.config import Config
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.parallel.comm import Comm
 
 comm = Comm(MPI.COMM_WORLD, None)  # mpi4py alone: vocab.build and encode.encode use no Horovod
 voc = vocab.build(comm, [sys.argv[1]], Config())

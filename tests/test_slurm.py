@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from hvd_w2v import runlock
+from hvd_w2v.store import runlock
 from hvd_w2v.synthetic import generate
 from slurm_cluster import SlurmCluster, unavailable
 

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from conftest import launch
-from hvd_w2v import corpus, encode, native, vocab
-from hvd_w2v.config import Config
-from hvd_w2v.errors import UserError
-from hvd_w2v.plan import Alone
+from hvd_w2v.common.config import Config
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.kernels import native
+from hvd_w2v.planning.plan import Alone
+from hvd_w2v.text import corpus, encode, vocab
 
 
 @pytest.fixture
@@ -306,9 +307,10 @@ def test_read_ahead_reads_files_at_once_in_order_within_each_and_raises_the_firs
 RANKS = """
 import hashlib, os, sys
 from mpi4py import MPI
-from hvd_w2v import corpus, encode, native, vocab
-from hvd_w2v.comm import Comm
-from hvd_w2v.config import Config
+from hvd_w2v.kernels import native
+from hvd_w2v.text import corpus, encode, vocab
+from hvd_w2v.common.config import Config
+from hvd_w2v.parallel.comm import Comm
 
 comm = Comm(MPI.COMM_WORLD, None, threads=2)
 paths, _ = corpus.files_of([sys.argv[1]])

@@ -138,8 +138,11 @@ def test_planted_synonyms_are_neighbours(tmp_path):
 @pytest.mark.mpi(2, 3)
 def test_export_matches_the_in_memory_model(comm, nranks, tmp_path_factory):
     """Each rank's rows, as trained in memory, are the rows gensim reads back from both exports."""
-    from hvd_w2v import comm as comm_mod, encode, export, training, vocab
-    from hvd_w2v.config import Config
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.parallel import comm as comm_mod
+    from hvd_w2v.store import export
+    from hvd_w2v.text import encode, vocab
+    from hvd_w2v.training import loop as training
 
     c = comm_mod.init()
     folder = comm.bcast(str(tmp_path_factory.mktemp("inmem")) if c.rank == 0 else None)

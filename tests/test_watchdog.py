@@ -1,4 +1,4 @@
-"""The stall watchdog (hvd_w2v/watchdog.py): a rank that is alive but does not move (SIGSTOP, as a frozen node,
+"""The stall watchdog (hvd_w2v/parallel/watchdog.py): a rank that is alive but does not move (SIGSTOP, as a frozen node,
 a stuck NFS read or a swapping host looks to its peers) ends the job within the limit, with one line naming
 it and its host, exit code 76, and the run resumes from its newest checkpoint to the uninterrupted vectors.
 
@@ -28,7 +28,7 @@ import pytest
 
 from bounded import kill_group
 from conftest import LAUNCH, ROOT
-from hvd_w2v import watchdog
+from hvd_w2v.parallel import watchdog
 from hvd_w2v.synthetic import generate
 from test_checkpoint import vectors
 
@@ -305,7 +305,7 @@ def test_the_automatic_limit_follows_the_median_step():
 def test_the_progress_line_shows_the_slowest_ranks_lag():
     import io
 
-    from hvd_w2v import progress
+    from hvd_w2v.common import progress
 
     class Two:
         rank, size = 0, 2

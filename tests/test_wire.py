@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from hvd_w2v import native, wire
+from hvd_w2v.kernels import native
+from hvd_w2v.parallel import wire
 
 
 def values():

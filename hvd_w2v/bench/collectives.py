@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from hvd_w2v import comm as comm_mod
+from hvd_w2v.parallel import comm as comm_mod
 
 
 def timed(fn, repeats, comm):

@@ -39,11 +39,11 @@ import time
 
 import numpy as np
 
+from ..common.wording import counted
+from ..kernels import native
 from . import ROOT, checkout_env
-from .. import native
 from .phases import _Rank
 from .throughput import prepare_corpus
-from ..wording import counted
 
 # name: (library, its functions as native.py declares them, the flags it is built with, the function timed)
 KERNELS = {"examples": ("batches_kernel", native.BUILDER_FUNCTIONS, native.BUILDER_FLAGS, "hvd_w2v_build"),
@@ -90,13 +90,13 @@ def libraries(kernel, commit, folder):
 def inputs(kernel, corpus, sg, steps):
     """``steps`` steps' inputs of ``kernel`` and a call of it: ``(inputs, call)``, ``call(lib, one input,
     threads)`` returning the kernel's outputs as a list of arrays."""
-    from ..config import Config
-    from ..training import CENTRE_BUCKET, ROW_BUCKET, _round_up
+    from ..common.config import Config
+    from ..training.loop import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
     rank = _Rank(corpus, bool(sg), 1, Config().batch_words)
     if kernel == "examples":  # batches.build's call of the builder, its positions read once
-        from ..batches import builder_keys, read_around
-        from ..training import share
+        from ..training.batches import builder_keys, read_around
+        from ..training.loop import share
 
         cfg, stream, runs = rank.cfg, corpus.stream, corpus.vocab.runs
         reads = []
@@ -190,8 +190,8 @@ def table(title, labels, thread_counts, figures, same):
 def run_one(a, thread_counts, out):
     """This process's measurements, as JSON into ``out``: [{kernel, sg, labels, rounds: [[label, threads,
     [s, ...]], ...], same: [[label, threads, bool], ...]}, ...]."""
-    from ..config import Config
-    from ..plan import open_corpus
+    from ..common.config import Config
+    from ..planning.plan import open_corpus
 
     corpus = open_corpus([prepare_corpus(a.corpus, a.lines, a.out)], Config())
     found = []

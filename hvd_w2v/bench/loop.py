@@ -5,7 +5,7 @@ threads.
     python -m hvd_w2v.bench.loop --threads 1,2 --repeats 5 --arch cbow
 
 Each run is one ``hvd-w2v train`` job of one rank in a process of its own (1 thread pinned to one core, as
-bench.throughput runs it), with a timer around every call of the compiled libraries (hvd_w2v.native: the
+bench.throughput runs it), with a timer around every call of the compiled libraries (hvd_w2v.kernels.native: the
 examples, the table, the gather, the maths, the add). Per step it gives the loop (training.train's seconds),
 each call, and *the rest*: the Python between the calls, the loop's bookkeeping and the exchange's. The rest
 runs on the rank's one Python thread whatever its budget, so it is the part of a threaded step that no
@@ -20,10 +20,10 @@ import subprocess
 import sys
 import time
 
+from ..common.wording import counted
 from .throughput import ROOT, one_core, prepare_corpus
-from ..wording import counted
 
-# The compiled calls a step makes (hvd_w2v.native's functions), each under its phase's name in bench.phases.
+# The compiled calls a step makes (hvd_w2v.kernels.native's functions), each under its phase's name in bench.phases.
 CALLS = {"build_examples": "examples", "step_plan": "table", "take_rows": "gather", "sgns_step": "maths",
          "add_sources": "add", "add_rows": "add"}
 PHASES = ("examples", "table", "gather", "maths", "add")
@@ -32,7 +32,9 @@ PHASES = ("examples", "table", "gather", "maths", "add")
 def child(argv):
     """Run ``hvd-w2v train ARGV`` in this process with the compiled calls timed; print one JSON line: the
     loop's seconds, its steps, and the seconds in each phase's calls."""
-    from .. import cli, native, training
+    from .. import cli
+    from ..kernels import native
+    from ..training import loop as training
 
     seconds = dict.fromkeys(PHASES, 0.0)
     steps, loop = [0], [0.0]
@@ -79,7 +81,7 @@ def run(corpus, sg, threads, out):
         raise SystemExit(f"hvd-w2v train failed ({done.returncode}):\n{done.stderr[-2000:]}")
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     if not figures["steps"]:
-        raise SystemExit(f"the job made no compiled step (hvd_w2v.native.sgns_step): {done.stderr[-2000:]}")
+        raise SystemExit(f"the job made no compiled step (hvd_w2v.kernels.native.sgns_step): {done.stderr[-2000:]}")
     per_step = {phase: s / figures["steps"] * 1e6 for phase, s in figures["calls"].items()}
     per_step["loop"] = figures["seconds"] / figures["steps"] * 1e6
     per_step["the rest"] = per_step["loop"] - sum(per_step[p] for p in PHASES)

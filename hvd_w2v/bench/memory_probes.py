@@ -1,4 +1,4 @@
-"""The measurements behind hvd_w2v.memory's constants, one probe each.
+"""The measurements behind hvd_w2v.planning.memory's constants, one probe each.
 
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes baseline       # BASELINE_BYTES
     python -m hvd_w2v.bench.memory_probes words                          # a list and a dict of words
@@ -24,8 +24,8 @@ def status(key):
 
 def baseline():
     """The process with MPI, Horovod and TensorFlow initialised and one tiny call of each kind; no model."""
-    from hvd_w2v import comm as comm_mod
-    from hvd_w2v import sgns
+    from hvd_w2v.parallel import comm as comm_mod
+    from hvd_w2v.training import sgns
 
     comm = comm_mod.init()
     rows, ctx, tgt = np.zeros((11, 8), np.float32), np.zeros((4, 10), np.int32), np.zeros((4, 6), np.int32)
@@ -57,7 +57,7 @@ def step(n, d, unique):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from hvd_w2v import sgns
+    from hvd_w2v.training import sgns
 
     rs = np.random.RandomState(0)
     rows = rs.rand(unique + 1, d).astype(np.float32)
@@ -79,8 +79,8 @@ def shapes(calls):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from hvd_w2v import sgns
-    from hvd_w2v.training import CENTRE_BUCKET, ROW_BUCKET, _round_up
+    from hvd_w2v.training import sgns
+    from hvd_w2v.training.loop import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
     fn = sgns.step_function(True, 5)
     for bucketed in (False, True):
@@ -102,7 +102,8 @@ def shapes(calls):
 
 def phases(argv):
     """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line)."""
-    from hvd_w2v import cli, pipeline, training
+    from hvd_w2v import cli, pipeline
+    from hvd_w2v.training import loop
 
     args = cli.parser().parse_args(["train", *argv])
     cfg = cli.config_from(args)
@@ -112,7 +113,7 @@ def phases(argv):
     stream = pipeline.encode(comm, paths, voc, args.out)
     print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",
           flush=True)
-    training.train(comm, cfg, voc, stream, progress=False)
+    loop.train(comm, cfg, voc, stream, progress=False)
     print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
           f"RssAnon {status('RssAnon')}", flush=True)
 
@@ -121,7 +122,10 @@ def passes(argv):
     """Each phase of the text passes (`hvd-w2v encode`'s): the count's peak, vocab.build's, the words' resident
     set after it and the encoding's peak above that, beside the plan's counting, words and encoding (memory.py).
     Each peak is the high-water mark above the resident set before the phase (reset through clear_refs)."""
-    from hvd_w2v import cli, corpus, encode, memory, native, pipeline, vocab
+    from hvd_w2v import cli, pipeline
+    from hvd_w2v.kernels import native
+    from hvd_w2v.planning import memory
+    from hvd_w2v.text import corpus, encode, vocab
 
     args = cli.parser().parse_args(["encode", *argv])
     cfg = cli.config_from(args)

@@ -40,8 +40,8 @@ import time
 
 import numpy as np
 
+from ..common.wording import counted
 from .throughput import prepare_corpus
-from ..wording import counted
 
 PHASES = ("examples", "table", "gather", "maths", "add")
 WARM_UP = 20
@@ -54,10 +54,10 @@ class _Rank:
     step as a method, its compiled calls on ``threads`` threads."""
 
     def __init__(self, corpus, sg, threads, batch_words, shards=0, superstep=4096):
-        from .. import localsgd, sgns
-        from ..config import Config
-        from ..shard import RowPlan
-        from ..training import CappedAdd
+        from ..common.config import Config
+        from ..parallel.shard import RowPlan
+        from ..training import localsgd, sgns
+        from ..training.loop import CappedAdd
 
         self.corpus, self.sg, self.threads = corpus, sg, threads
         self.cfg = Config(sg=sg, batch_words=batch_words, shards=shards, superstep=superstep)
@@ -74,8 +74,8 @@ class _Rank:
         self.steps = self.cfg.steps_per_epoch(len(corpus.stream))
 
     def examples(self, done, threads):
-        from .. import batches, localsgd
-        from ..training import share
+        from ..training import batches, localsgd
+        from ..training.loop import share
 
         if self.cfg.shards:  # (batch, bounds)
             return localsgd.superstep_batches(self.corpus.stream, self.corpus.vocab, self.cfg, done,
@@ -84,15 +84,15 @@ class _Rank:
         return batches.build(self.corpus.stream, self.corpus.vocab, self.cfg, epoch, lo, hi, threads)
 
     def table_of(self, batch, threads):
-        from ..localsgd import superstep_plan
-        from ..training import StepPlan
+        from ..training.localsgd import superstep_plan
+        from ..training.loop import StepPlan
 
         if self.cfg.shards:
             return superstep_plan(*batch, self.plan, 0, self.sg, threads)
         return StepPlan.of(batch, self.plan, 0, self.sg, self.step_fn.groups, threads)
 
     def gather(self, step):
-        from .. import native
+        from ..kernels import native
 
         empty = self.rule.empty_rows if self.cfg.shards else self.step_fn.empty_rows
         rows = empty(step.table, self.cfg.dim)
@@ -138,7 +138,7 @@ def maths_waits(corpus, sg, threads, steps, batch_words):
     """[[us a call in each of MATHS_PARTS] for each of ``threads`` threads]: the maths of ``steps`` steps of one
     rank (the first WARM_UP left out) on ``threads`` threads, timed inside the call by the profiled build of
     sgns_kernel.cc. The set-up runs on the calling thread (thread 0) alone, before the others start."""
-    from .. import native
+    from ..kernels import native
 
     functions = {**native.STEP_FUNCTIONS, "hvd_w2v_sgns_profile": [native.P, native.I64]}
     lib = native.declared(native.build("sgns_kernel", ["-DHVD_W2V_PROFILE"]), functions, native.I64)
@@ -214,8 +214,8 @@ def main(argv=None):
     counts = [int(t) for t in args.threads.split(",")]
     tf.config.threading.set_intra_op_parallelism_threads(max(counts))
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from ..config import Config
-    from ..plan import open_corpus
+    from ..common.config import Config
+    from ..planning.plan import open_corpus
 
     os.makedirs(args.out, exist_ok=True)
     path = prepare_corpus(args.corpus, args.lines, args.out)

@@ -7,7 +7,7 @@ returns its path. matplotlib is imported inside the functions, so importing this
 trainer never loads matplotlib; the figures are drawn with the Agg canvas directly (no pyplot, no GUI backend,
 no global backend switched). :func:`missing` tells a benchmark whether it can draw at all.
 
-The loss command reads the scalars ``train --tensorboard DIR`` writes (hvd_w2v/progress.py): one value per
+The loss command reads the scalars ``train --tensorboard DIR`` writes (hvd_w2v/common/progress.py): one value per
 loss report, against the global step (the events carry no word count).
 """
 import argparse

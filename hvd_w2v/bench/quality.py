@@ -43,10 +43,10 @@ import statistics
 import subprocess
 import time
 
+from ..common.wording import counted
 from . import ROOT, checkout_env
 from .gensim_scores import scores
 from .throughput import prepare_corpus
-from ..wording import counted
 
 
 def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):

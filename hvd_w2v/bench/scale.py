@@ -139,7 +139,7 @@ def plot(path, rows, limit, about):
 
 
 def main(argv=None):
-    from ..memory import parse_size
+    from ..planning.memory import parse_size
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--words", type=int, default=1_000_000, help="vocabulary words to generate (default: %(default)s)")

@@ -32,7 +32,8 @@ WARM_UP = 50
 def child(out, argv):
     """In each rank: train with the exchange calls timed; the rank's records to ``out``.RANK.npy, one row per
     call: entered, left, seconds building examples inside it."""
-    from .. import cli, comm
+    from .. import cli
+    from ..parallel import comm
 
     records = []
     plain = comm.Comm.alltoallv_many

@@ -75,10 +75,13 @@ def one(corpus, mode, threads, min_count):
     one pass ``count`` is the count and the provisional stream written, ``encode`` the stream turned into ids."""
     import numpy as np
 
-    from hvd_w2v import corpus as text
-    from hvd_w2v import encode, memory, native, pipeline, vocab
-    from hvd_w2v.config import Config
-    from hvd_w2v.plan import Alone
+    from hvd_w2v import pipeline
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.kernels import native
+    from hvd_w2v.planning import memory
+    from hvd_w2v.planning.plan import Alone
+    from hvd_w2v.text import corpus as text
+    from hvd_w2v.text import encode, vocab
 
     if mode == "python":
         native.text_kernel = lambda: None
@@ -218,7 +221,7 @@ def table(corpus, runs, python_runs, min_count, w2v):
     modes = [m for m in modes if m[3] > 0]
     results = {name: [] for name, *_ in modes}
     alone = {1: [], 2: []}  # the counting alone, text in memory, on 1 and 2 threads
-    from hvd_w2v import vocab  # the parts of the count on several ranks: before, and vocab.part_bytes
+    from hvd_w2v.text import vocab  # the parts of the count on several ranks: before, and vocab.part_bytes
     parts = {(name, t): [] for name in ("chunk", "part") for t in (1, 2)}
     if w2v:
         results["word2vec.c vocabulary pass, 1 thread"] = []

@@ -31,9 +31,9 @@ import subprocess
 import sys
 import time
 
+from ..common.config import Config
+from ..common.wording import counted
 from . import ROOT, checkout_env, plots
-from ..config import Config
-from ..wording import counted
 
 CEILING = "no exchange"  # the trainer name of run_halves' row
 THREADS = "threads"  # the trainer name of the rows of 1 rank with n threads

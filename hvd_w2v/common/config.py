@@ -1,0 +1,186 @@
+"""Training configuration: one frozen value, built once by the command line and passed explicitly."""
+import numbers
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Optional  # (Python 3.9 has no union operator on types)
+
+from .errors import UserError
+
+# Fields that may be None, "chosen by the job's layout" (Config.settled), and the type of their values.
+LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
+# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD") has the quality
+# and the planner's projections behind each.
+SUPERSTEP_POSITIONS = 4096  # positions a super-step covers over all its shards, by default ...
+MIN_SUPERSTEP = 64  # ... S at least this many positions a shard
+# Every row's merged delta (a vector of W_in or W_out, all shards' deltas summed) is scaled down to an L2 norm
+# of at most this, on every V and S unless told otherwise: the merge that cannot diverge (merge_clip's comment).
+MERGE_CLIP = 1.0
+# Steps whose examples training.Ahead builds ahead of use, while the exchange waits for other ranks; each
+# StepPlan holds at most 16 B per slot (int32 ctx/tgt slots, and the compiled builder's int64 key and float32
+# SGD-count buffers, sized for every slot).
+AHEAD_STEPS = 4  # steps whose examples a rank prepares ahead (training.loop.Ahead; the memory plan counts them)
+WIRES = ("float32", "bfloat16")  # how shard-local SGD's rows and deltas travel (wire.py)
+
+
+def superstep_for(shards):
+    """The default super-step of ``shards`` shards: SUPERSTEP_POSITIONS positions over all of them, and at least
+    MIN_SUPERSTEP a shard. Why: what decides quality is the positions one super-step covers from one
+    snapshot; and below MIN_SUPERSTEP a shard's compute is a small part of its super-step's exchange."""
+    return max(MIN_SUPERSTEP, SUPERSTEP_POSITIONS // shards)
+
+
+@dataclass(frozen=True)
+class Config:
+    """word2vec hyper-parameters (gensim/word2vec.c defaults) and the distributed step's settings."""
+
+    dim: int = 100  # embedding width (columns of W_in and W_out), 1..10000
+    window: int = 5  # maximum distance between centre and context; the reduced window is drawn in [1, window]
+    negative: int = 5  # noise words per centre, drawn from unigram^0.75; shared by the centre's whole window
+    min_count: int = 5  # words seen fewer times are dropped from the vocabulary
+    max_vocab_size: int = 0  # keep at most this many words, the most frequent (0: no limit); ties at the cut go
+    sample: float = 1e-3  # subsampling threshold for frequent words (0: off), as word2vec.c
+    epochs: int = 5
+    alpha: float = 0.025  # learning rate at the start; decays linearly with global progress ...
+    min_alpha: float = 0.0001  # ... to this at the end
+    sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
+    seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
+    # Corpus positions in one global step, shared out over the ranks. Every update of a step comes from the
+    # same snapshot, so larger steps are cheaper but learn less per word: 4,096 and 8,192 lose quality that
+    # 2,048 keeps (`python -m hvd_w2v.bench.settings`, the --batch-words rows, and `python -m
+    # hvd_w2v.bench.quality --hvd-option=--batch-words=N`; hvd_w2v/bench/README.md).
+    batch_words: int = 2048
+    # Most frequent words replicated on every rank, their updates summed by a Horovod allreduce each step. Off:
+    # that allreduce waits for a Horovod cycle every step, which costs far more than the bytes it saves
+    # (`python -m hvd_w2v.bench.settings`, the --hot-rows row; hvd_w2v/bench/README.md, "Settings").
+    hot_rows: int = 0
+    # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
+    # against the divergence of very frequent rows (a cap of 1,024 diverged on the real corpus); low caps slow
+    # frequent rows and cost quality (`python -m hvd_w2v.bench.settings`, the --update-cap rows; the figures
+    # in hvd_w2v/bench/README.md, "Quality" and "Settings").
+    update_cap: float = 64.0
+    span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
+    # Shard-local SGD (localsgd), when ``shards`` is 1 or more: the stream is cut into that many shards, each
+    # running word2vec's sequential SGD over ``superstep`` consecutive positions of its own between exchanges,
+    # and the vectors depend on (shards, superstep), never on the layout that hosts them. 0: the exact global
+    # step of ``batch_words`` above. None (the default): chosen by the job's layout, :meth:`settled`.
+    shards: Optional[int] = None
+    superstep: Optional[int] = None  # positions of each shard per super-step (None: superstep_for)
+    # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
+    # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them. The mean
+    # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD").
+    merge_cap: float = 0.0
+    # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
+    # merge_clip (None: MERGE_CLIP; 0: not, the plain sum, which can diverge). Why it is always on:
+    # the shards' deltas of a row are each computed from the same snapshot, so the sum of m of them is up to m
+    # times one sequential SGD's step, and where many shards push a frequent row the same way it overshoots,
+    # grows, and the next super-step's deltas grow with it. Clipped, a row moves at most merge_clip a super-step,
+    # so no feedback can grow without bound, on any corpus, V, S or learning rate; rows that few shards touch
+    # (nearly all of them) move by their sum, as sequential SGD would move them.
+    merge_clip: Optional[float] = None
+    # How a super-step's rows and deltas travel between ranks: "float32", or "bfloat16", half the bytes, each
+    # rounded to about 3 significant digits (wire.py). The exact step's stay float32.
+    wire: str = "float32"
+    # The divergence guard (divergence.py): a run whose frequent rows grow past this L2 norm (or whose loss per
+    # pair passes divergence.LOSS_FACTOR times its start) stops with an error, its last good checkpoint kept.
+    max_row_norm: float = 100.0
+
+    def __post_init__(self):
+        # The command line and config files give each field its type; a Python caller may not (dim="100",
+        # epochs=2.5, sg=1 as gensim spells it): refused by name, but for sg's 0 and 1, which mean False, True.
+        for f in fields(self):
+            value, option = getattr(self, f.name), "--" + f.name.replace("_", "-")
+            kind = LEFT_TO_LAYOUT.get(f.type, f.type)
+            if value is None and kind is not f.type:
+                continue  # chosen by the layout (settled)
+            if kind is bool and not isinstance(value, bool) and isinstance(value, numbers.Integral) \
+                    and value in (0, 1):
+                object.__setattr__(self, f.name, bool(value))
+            elif kind is bool and not isinstance(value, bool):
+                raise UserError(f"{f.name} must be True or False (or 1, 0), got {value!r}")
+            elif kind is int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise UserError(f"{option} ({f.name}=) must be a whole number, got {value!r}")
+            elif kind is float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise UserError(f"{option} ({f.name}=) must be a number, got {value!r}")
+        checks = [
+            (1 <= self.dim <= 10000, f"--dim must be in 1..10000, got {self.dim}"),
+            (1 <= self.window <= 100, f"--window must be in 1..100, got {self.window}"),
+            (1 <= self.negative <= 100, f"--negative must be in 1..100, got {self.negative}"),
+            (self.min_count >= 1, f"--min-count must be at least 1, got {self.min_count}"),
+            (self.max_vocab_size >= 0, f"--max-vocab-size must be 0 (no limit) or more, got {self.max_vocab_size}"),
+            (0 <= self.sample < 1, f"--sample must be in [0, 1), got {self.sample}"),
+            (1 <= self.epochs <= 1000, f"--epochs must be in 1..1000, got {self.epochs}"),
+            (0 < self.alpha <= 1, f"--alpha must be in (0, 1], got {self.alpha}"),
+            (0 <= self.min_alpha <= self.alpha, f"--min-alpha must be in [0, alpha], got {self.min_alpha}"),
+            (64 <= self.batch_words <= 1 << 24, f"--batch-words must be in 64..16777216, got {self.batch_words}"),
+            (self.hot_rows >= 0, f"--hot-rows must be 0 or more, got {self.hot_rows}"),
+            (self.update_cap >= 1, f"--update-cap must be at least 1, got {self.update_cap}"),
+            (self.span == 0 or self.span >= self.window, f"--span must be 0 or at least --window, got {self.span}"),
+            (self.shards is None or 0 <= self.shards <= 1 << 24,
+             f"--shards must be 0 (the exact step), 1..16777216 or auto, got {self.shards}"),
+            (self.superstep is None or 1 <= self.superstep <= 1 << 24,
+             f"--superstep must be in 1..16777216 or auto, got {self.superstep}"),
+            (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
+            (self.merge_clip is None or self.merge_clip >= 0,
+             f"--merge-clip must be 0 (no clip), more or auto, got {self.merge_clip}"),
+            (self.max_row_norm > 0, f"--max-row-norm must be more than 0, got {self.max_row_norm}"),
+            (self.wire in WIRES, f"--wire must be one of {', '.join(WIRES)}, got {self.wire!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+    @property
+    def context_span(self):
+        """How far (raw positions) a centre looks for its kept neighbours; fixed so results are rank-free."""
+        return self.span or 4 * self.window
+
+    def steps_per_epoch(self, n):
+        """Global steps in an epoch of ``n`` positions: exact steps of ``batch_words``, or super-steps of
+        ``superstep`` positions of every shard (the longest shard's, ceil(n / shards), sets the count)."""
+        if self.shards:
+            return -(-(-(-n // self.shards)) // self.superstep)
+        return -(-n // self.batch_words)
+
+    def settled(self, hosts, threads, previous=None):
+        """This config with every field left to the layout (None) chosen: what `train` runs.
+
+        ``hosts``, ``threads``: the job's host count and its compute threads (all ranks'). ``previous``: the
+        config (a dict) of the run that a resume goes on with, whose choices are kept, so that a run resumed
+        on another layout goes on with the same shards (its resume is exact on the same shards).
+
+        The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
+        which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
+        every 2,048 positions would leave a cluster idle. With shards, ``superstep`` is :func:`superstep_for`
+        and ``merge_clip`` MERGE_CLIP.
+        """
+        previous = previous or {}
+        shards = self.shards
+        if shards is None:
+            shards = previous.get("shards") if previous.get("shards") is not None else threads if hosts > 1 else 0
+        if not shards:
+            if self.wire != "float32":
+                raise UserError(f"--wire {self.wire} is shard-local SGD's: the exact step's rows travel as float32 "
+                                f"(use --shards 1 or more)")
+            return replace(self, shards=0)
+        same = previous.get("shards") == shards  # the resumed run's other choices are kept with its shards
+
+        def chosen(name, default):
+            value = getattr(self, name)
+            if value is None and same:
+                value = previous.get(name)
+            return default if value is None else value
+        superstep = chosen("superstep", superstep_for(shards))
+        return replace(self, shards=shards, superstep=superstep,
+                       merge_clip=chosen("merge_clip", MERGE_CLIP))
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def options(cls):
+        """The fields' names: the keyword arguments Config, and so hvd_w2v.train, takes for them."""
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values):
+        known = set(cls.options())
+        return cls(**{k: v for k, v in values.items() if k in known})

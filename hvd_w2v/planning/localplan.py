@@ -1,0 +1,357 @@
+"""The dry-run planner of shard-local SGD (localsgd): a super-step's exchange on P nodes of T threads, counted
+from the real encoded corpus by the code training runs, in one process, beside the exact step's projection.
+
+    python -m hvd_w2v.localplan data/real/corpus.txt --nodes 1,2,4,...,1024 --threads 32 --superstep 1024,4096
+
+A node is one rank with T threads hosting T shards (V = P x T). In a super-step each shard trains S
+consecutive positions, so a node asks the owners for the rows its T x S positions touch. The planner builds
+that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's positions,
+training.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
+exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B (2 dim B with --wire
+bfloat16) for each row sent back and for each delta sent to its owner. The T shards of a sampled node read S
+positions each at T disjoint places of the stream, as a node's shards do at once on a corpus of V x S
+positions or more, so the counts hold for a cluster's corpus however small this one is against V x S.
+
+Time per super-step = compute + gather + scatter + allreduce, with the exact planner's network model
+(plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
+allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
+the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
+the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here for its T x S
+positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
+figure is an upper bound): an owner's gather of the rows every node asks of it and its add of their deltas, one
+source a node, built from every node's examples at sampled super-steps, by the merge train uses at the row's
+V and S (:func:`measure_owner`, config.MERGE_CLIP; "rows ms"); and the examples and table of the next
+super-step (:func:`measure_prepare`, "prepare ms"), which training builds while the exchange waits, so they
+count only past the gather and scatter. Words per second count raw words: P x T x S positions x raw words per
+position over the super-step's time; the parallel efficiency is that over P times one node's words per
+second at the same S and merge (one node exchanges nothing). S "auto" is train's default for the row's V
+(config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
+beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
+the default --batch-words, with its rows' gather and add timed on one thread, one rank's share on one rank
+(:func:`measure_exact_other`: its examples and table left out, its rows all from one source).
+"""
+import argparse
+import functools
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from ..common.config import MERGE_CLIP, WIRES, Config, superstep_for
+from ..common.errors import UserError
+from ..common.wording import counted
+from ..kernels import native
+from ..parallel import wire
+from ..parallel.shard import RowPlan
+from ..training import batches
+from ..training.localsgd import merge_rule, superstep_plan
+from ..training.loop import CappedAdd, StepPlan
+from . import plan
+
+SAMPLED_NODES = 3  # nodes whose StepPlan is built at each sampled super-step
+
+
+def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
+    """The StepPlan node ``node`` of ``nodes`` builds in super-step ``at`` of an epoch (sampled places: see
+    the module's docstring)."""
+    ranges = node_ranges(len(corpus.stream), cfg.superstep, nodes, threads, node, at)
+    batch, _ = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1)
+    return StepPlan.of(batch, RowPlan(corpus.vocab.size, nodes), n_hot, cfg.sg, 1)
+
+
+def node_ranges(n, s, nodes, threads, node, at):
+    """The positions ``[lo, hi)`` of node ``node``'s ``threads`` shards in sampled super-step ``at``, of a stream
+    of ``n``: S = ``s`` each, at places at least S apart (disjoint, as on a corpus of V x S positions or more),
+    the node's first place where its share of this corpus starts."""
+    stride = max(s, n // (nodes * threads))
+    los = [(node * (n // nodes) + t * stride + at * s) % max(n - s, 1) for t in range(threads)]
+    return [(lo, min(n, lo + s)) for lo in los]
+
+
+def measure_thread(corpus, cfg, repeats=9):
+    """Seconds per position of one shard's super-step on one thread (the compiled shard SGD, from a snapshot
+    of small random rows), and how it was measured: the least of ``repeats`` calls, the one other jobs of a
+    shared machine slowed least (their medians moved 5-fold from run to run here)."""
+    lib = native.local_sgd_kernel()
+    if lib is None:
+        raise UserError(f"plan: the compiled shard SGD is not available here: {native.unavailable('localsgd_kernel')}")
+    stream, voc = corpus.stream, corpus.vocab
+    lo = len(stream) // 2
+    batch = batches.build(stream, voc, cfg, 0, lo, min(len(stream), lo + cfg.superstep))
+    step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+    rows = np.random.default_rng(0).uniform(-0.5, 0.5, (step.table, cfg.dim)).astype(np.float32) / cfg.dim
+    rows[len(step.keys):] = 0
+    bounds = np.array([0, len(batch)], np.int64)
+    times = []
+    for _ in range(repeats + 1):  # the first call sizes the copies: left out
+        t = time.perf_counter()
+        native.local_sgd(lib, cfg.sg, rows, step.ctx[0], step.tgt[0], bounds, np.float32(cfg.alpha), 1)
+        times.append(time.perf_counter() - t)
+    positions = min(len(stream), lo + cfg.superstep) - lo
+    seconds = float(np.min(times[1:]))
+    return seconds / positions, (f"the compiled shard SGD on one thread here, {positions:,} positions: "
+                                 f"{seconds * 1e3:,.2f} ms (least of {repeats} calls)")
+
+
+@functools.lru_cache(maxsize=1)
+def _model(words, dim):
+    """A model table of ``words`` words (float32[2 x words, dim]) whose rows the measurements read and add to:
+    larger than the caches, as a node's slice of a cluster's model is; and a permutation of its rows, where an
+    owner's keys are placed (:func:`measure_owner`). Made once (a large vocabulary's takes seconds)."""
+    rng = np.random.default_rng(0)
+    return rng.uniform(-0.5, 0.5, (2 * words, dim)).astype(np.float32) / dim, rng.permutation(2 * words)
+
+
+def _examples_seconds(corpus, cfg, ranges, threads, repeats=9):
+    """Seconds on ``threads`` threads here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a shard
+    each; batches.build_ranges) and their table of unique rows with the shards touching each row
+    (localsgd.superstep_plan): the least of ``repeats`` rounds, the first left out (it allocates)."""
+    voc, times = corpus.vocab, []
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, threads)
+        superstep_plan(batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64), RowPlan(voc.size, 1), 0,
+                       cfg.sg, threads)
+        times.append(time.perf_counter() - t)
+    return float(np.min(times[1:]))
+
+
+def _owner_seconds(model, keys, counts, sgd, merge, threads, carrier="float32", repeats=9):
+    """Seconds on ``threads`` threads here of an owner's rows' work in one step: the gather of the rows ``keys``
+    (int64, source after source, ``counts[s]`` from source s) out of ``model`` into the form they travel in
+    (the wire ``carrier``'s take), and the add of as many delta rows, each summing ``sgd`` SGD updates, by
+    ``merge`` (the rule's ``sources`` on ``threads``: training.CappedAdd, localsgd.merge_rule), as received
+    (native.Blocks, in the wire's form). The least of ``repeats`` rounds, the first left out."""
+    carrier = wire.of(carrier, threads)
+    total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
+    rows = carrier.empty((len(keys), model.shape[1]))
+    received = carrier.empty((len(keys), model.shape[1]))
+    sent = carrier.encode(model[keys] * np.float32(1e-6))  # deltas of the rows' size: the model keeps its scale
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        carrier.take(model, keys, rows)
+        t1 = time.perf_counter()
+        received[...] = sent  # as they arrive
+        t2 = time.perf_counter()
+        merge.sources(model, keys, native.Blocks(received, counts), sgd, total)
+        times.append(t1 - t0 + time.perf_counter() - t2)
+    return float(np.min(times[1:]))
+
+
+def measure_prepare(corpus, cfg, threads, work_threads):
+    """A node's examples and table of its ``threads`` shards of S positions (:func:`_examples_seconds`), built on
+    ``work_threads`` threads as training builds them on the node's: seconds here, and how they were measured."""
+    ranges = node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0)
+    seconds = _examples_seconds(corpus, cfg, ranges, work_threads)
+    return seconds, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
+                     f"{seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here (least of 9)")
+
+
+def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
+    """An owner's rows' work in a super-step on ``nodes`` nodes of ``threads`` shards (:func:`_owner_seconds`,
+    under the merge ``cfg`` trains with, on ``work_threads`` threads as training runs it on the node's): the
+    rows every node asks of it and their deltas, one source a node, from every node's StepPlan at the
+    ``samples`` (sampled super-steps), so that a row several nodes touch comes from each, as it does in
+    training. Seconds here, the busiest of SAMPLED_NODES owners at each sample, averaged over the samples; and
+    how they were measured. Every row counts, hot or not: with --hot-rows H the hot rows' add is the
+    allreduce's, so the figure is an upper bound there.
+
+    The keys are placed in the model by a fixed permutation (:func:`_model`): far apart, as the rows of a
+    large slice are, and shared among the threads as an owner's local rows are. (By their global keys, the
+    rows an owner of P nodes holds are every P-th word: on an even P, all in the blocks one thread of two
+    adds, which made 2 threads look no faster than 1.)"""
+    (model, place), merge = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg, work_threads)
+    carrier = cfg.wire if nodes > 1 else "float32"  # one node sends nothing
+    busiest, entries, distinct = [], [], []
+    for at in samples:
+        steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
+        ends = [np.cumsum(step.owned) for step in steps]
+        seconds = []
+        for owner in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
+            parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
+            keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
+            sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
+            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge, work_threads,
+                                          carrier))
+            entries.append(len(keys))
+            distinct.append(len(np.unique(keys)))
+        busiest.append(max(seconds))
+    seconds = float(np.mean(busiest))
+    merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {carrier}"
+    return seconds, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
+                     f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
+                     f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here")
+
+
+def measure_exact_other(corpus, cfg):
+    """The exact step's rows' gather and add, as :func:`measure_owner` counts them, of one rank's share of a
+    step on one rank (every row from one source, an upper bound where ranks share rows): a line (plan.Compute)
+    through their seconds at 32 positions and at ``cfg.batch_words``. Its examples and table are left out:
+    built while the exchange waits, as the super-step's, they would count only past it, which
+    plan.summarise's serial model cannot say."""
+    lo, (model, _), voc, seconds = len(corpus.stream) // 2, _model(corpus.vocab.size, cfg.dim), corpus.vocab, {}
+    for p in (32, cfg.batch_words):
+        batch = batches.build(corpus.stream, voc, cfg, 0, lo, min(len(corpus.stream), lo + p))
+        step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
+        seconds[p] = _owner_seconds(model, step.keys, [len(step.keys)], step.sgd, CappedAdd(cfg.update_cap), 1)
+    per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
+    per_step = max(0.0, seconds[32] - 32 * per_position)
+    return plan.Compute(per_step, per_position, f"its rows' gather and add for 32 and {cfg.batch_words:,} "
+                                                f"positions {seconds[32] * 1e3:,.2f} and "
+                                                f"{seconds[cfg.batch_words] * 1e3:,.2f} ms on one thread here")
+
+
+def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, other=(0.0, 0.0)):
+    """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
+    each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds, the hot
+    block's bytes a node sends into the allreduce each super-step, words/s. The next super-step's examples and
+    table (``other[0]``: :func:`measure_prepare`) are built while the exchange waits (training.Ahead.fill), so
+    they add only what the exchange does not cover."""
+    words_per_position = corpus.vocab.raw_words / len(corpus.stream)
+    prepare, rows_work = other
+    compute = cfg.superstep * per_position + rows_work
+    n_hot = min(hot, corpus.vocab.size)
+    block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
+    if nodes == 1:
+        return dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block,
+                    words=threads * cfg.superstep * words_per_position / (compute + prepare))
+    traffic = []
+    for at in samples:
+        for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
+            owned = node_step(corpus, cfg, nodes, threads, n_hot, int(node), at).owned
+            remote = np.array([owned.sum() - owned[node]])
+            peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
+            row = wire.of(cfg.wire).dtype.itemsize * cfg.dim * remote  # a row's bytes, or its delta's
+            traffic.append(plan.Traffic(plan.KEY_BYTES * remote, row, row, remote, remote, peers, peers))
+    gather = float(np.mean([network.gather(t, nodes) for t in traffic]))
+    scatter = float(np.mean([network.scatter(t) for t in traffic]))
+    reduce = network.allreduce(block, nodes)
+    sent = float(np.mean([t.sent[0] for t in traffic]))
+    step = compute + max(gather + scatter, prepare) + reduce
+    positions = nodes * threads * cfg.superstep
+    return dict(bytes_per_word=(sent * nodes) / (positions * words_per_position), compute=compute, gather=gather,
+                scatter=scatter, reduce=reduce, block=block, words=positions * words_per_position / step)
+
+
+def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
+    """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads, its maths ``compute``
+    T times faster and its rows' work ``around`` it (:func:`measure_exact_other`) on one thread: words/s."""
+    if nodes > corpus.vocab.size:
+        return float("nan")
+    epoch_steps = math.ceil(len(corpus.stream) / cfg.batch_words)
+    planned = plan.sampled_steps(epoch_steps, steps, 1)
+    faster = plan.Compute(compute.per_step + around.per_step, compute.per_position / threads + around.per_position,
+                          compute.how)
+    got = [(plan.Traffic.of(step, cfg.dim), int(step.positions.max()))
+           for _, by_hot in plan.plan_steps(corpus, cfg, nodes, [0], planned) for step in by_hot.values()]
+    return plan.summarise(cfg.batch_words, nodes, 0, got, cfg, corpus, network, faster, epoch_steps,
+                          False).words_per_second
+
+
+COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "hot KiB", "B/word", "SGD ms", "prepare ms", "rows ms", "gather ms",
+           "scatter ms", "allreduce ms", "words/s", "efficiency", "exact words/s"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m hvd_w2v.localplan", description=__doc__.splitlines()[0])
+    p.add_argument("corpus", nargs="+", help="text files or folders, or a run folder (vocab.txt and ids/)")
+    p.add_argument("--nodes", default="1,2,4,8,16,32,64,128,256,512,1024", help="node counts P (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=32, help="threads (shards) per node T (default: %(default)s)")
+    p.add_argument("--superstep", default="auto",
+                   help="positions per shard per super-step S, comma-separated; auto: train's default for the "
+                        "row's V = P x T, config.superstep_for (default: %(default)s)")
+    p.add_argument("--hot-rows", default="0", help="hot-row counts H, comma-separated (default: %(default)s)")
+    p.add_argument("--bandwidth", default="25,100", help="Gb/s per node, comma-separated (default: %(default)s)")
+    p.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=2, help="super-steps sampled per row (default: %(default)s)")
+    p.add_argument("--exact-steps", type=int, default=5,
+                   help="steps the exact step's projection samples, 0: leave it out (default: %(default)s)")
+    p.add_argument("--node-threads", type=int, default=None,
+                   help="threads the node's work around the SGD is timed on here (default: this host's cores, at "
+                        "most --threads)")
+    p.add_argument("--wire", choices=WIRES, default="float32",
+                   help="the form rows and deltas travel in between nodes (train's --wire; default: %(default)s)")
+    p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
+    args = p.parse_args(argv)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        nodes, hot = plan._ints(args.nodes, "--nodes"), plan._ints(args.hot_rows, "--hot-rows", low=0)
+        supersteps = [s if s == "auto" else plan._ints(s, "--superstep")[0] for s in args.superstep.split(",")]
+        bandwidths = [float(b) for b in args.bandwidth.split(",")]
+        if args.node_threads is None:
+            args.node_threads = min(args.threads, len(os.sched_getaffinity(0)))
+        if args.threads < 1 or not 1 <= args.node_threads <= args.threads or min(bandwidths) <= 0:
+            raise UserError("--threads must be at least 1, --node-threads from 1 to --threads, and --bandwidth "
+                            "more than 0")
+        cfg = Config(sg=not args.cbow)
+        corpus = plan.open_corpus(args.corpus, cfg, say)
+    except UserError as e:
+        print(f"hvd-w2v localplan: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2,
+                                             statistic=np.min) if args.exact_steps else None
+        exact_around = measure_exact_other(corpus, cfg) if args.exact_steps else None
+        rows, measured, exacts = [], {}, {}  # compute per S; the exact step's words/s per (Gb/s, P), S-free
+        for spec in supersteps:
+            for gbps in bandwidths:
+                network = plan.Network(gbps * 1e9 / 8, args.latency * 1e-6)
+                for n in nodes:
+                    s = superstep_for(n * args.threads) if spec == "auto" else spec
+                    # train's merge for the row's V and S
+                    clip = MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip
+                    c = replace(cfg, superstep=s, shards=1, merge_clip=clip, wire=args.wire)
+                    if s not in measured:  # the SGD and the examples: the same on any P and merge
+                        measured[s] = (measure_thread(corpus, c),
+                                       measure_prepare(corpus, c, args.threads, args.node_threads))
+                        say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][1]}")
+                    for p in {1, n}:
+                        if (s, p, c.merge_clip) not in measured:
+                            measured[s, p, c.merge_clip] = measure_owner(corpus, c, p, args.threads,
+                                                                         range(args.samples), args.node_threads)
+                            say(f"localplan: S {s:,}: {measured[s, p, c.merge_clip][1]}")
+                    per_position, prepare = measured[s][0][0], measured[s][1][0]
+                    other = prepare, measured[s, n, c.merge_clip][0]
+                    one = project(corpus, c, 1, args.threads, 0, network, per_position, [],
+                                  (prepare, measured[s, 1, c.merge_clip][0]))["words"]
+                    if (gbps, n) not in exacts:
+                        exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
+                                                    args.exact_steps, exact_around) if exact_compute else float("nan")
+                    exact = exacts[gbps, n]
+                    for h in hot:
+                        t0 = time.monotonic()
+                        r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples),
+                                    other)
+                        rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
+                                     f"{h:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}",
+                                     f"{(r['compute'] - other[1]) * 1e3:,.2f}", f"{other[0] * 1e3:,.2f}",
+                                     f"{other[1] * 1e3:,.2f}",
+                                     f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",
+                                     f"{r['reduce'] * 1e3:,.2f}", f"{r['words']:,.0f}",
+                                     f"{r['words'] / (n * one):.0%}", f"{exact:,.0f}"])
+                        say(f"localplan: {gbps:g} Gb/s, S {s:,}, P {n:,}, H {h:,} in {time.monotonic() - t0:.1f} s")
+        voc = corpus.vocab
+        print(f"corpus: {corpus.about}: {voc.size:,} words, {len(corpus.stream):,} positions, {voc.raw_words:,} "
+              f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
+              f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
+              f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's "
+              f"work around it on {counted(args.node_threads, 'thread')}; rows and deltas between nodes as "
+              f"{args.wire}; exact: "
+              f"{cfg.batch_words:,} positions a step, its maths T times faster"
+              + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out"))
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
+        print("  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths)))
+        for r in rows:
+            print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+    finally:
+        if corpus.folder is not None:
+            corpus.folder.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Training examples of one step's slice of the corpus: subsampled windows and their noise words.
+
+Everything here is a function of global stream positions and (seed, epoch), never of the rank: a centre at
+position p has the same context and negatives whichever rank builds it, which is what makes training on
+P ranks equal training on one.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels import native
+from ..text.encode import SENTENCE_END
+from . import rng
+
+
+@dataclass
+class Batch:
+    """Examples for the centres of positions ``[lo, hi)``; ``n`` centres, word ids throughout."""
+
+    centres: np.ndarray  # int64[n]
+    contexts: np.ndarray  # int64[n, 2*window]: kept neighbours, -1 where there is none
+    negatives: np.ndarray  # int64[n, negative]: noise words, shared by the centre's whole window
+
+    def __len__(self):
+        return len(self.centres)
+
+
+def read_around(stream, cfg, lo, hi):
+    """The ids that centres in ``[lo, hi)`` may read: ``(ids, base)``, positions ``base`` (``cfg.context_span``
+    before ``lo``, at least 0) to ``context_span`` past ``hi``."""
+    base = max(lo - cfg.context_span, 0)
+    return stream.read(base, hi + cfg.context_span), base
+
+
+def builder_keys(cfg, epoch):
+    """The compiled builder's rng keys of ``epoch``: (keep, window, noise)."""
+    return [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
+
+
+def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
+    """The examples whose centre lies in ``[lo, hi)``, built on ``threads`` threads by the compiled builder
+    (the numpy fallback: one).
+
+    Subsampling as word2vec: an occurrence is dropped with probability ``1 - keep[id]``, before windows are
+    formed, so windows reach over dropped words. The window of each centre is reduced to ``b`` drawn in
+    ``[1, window]``; context is the ``b`` nearest kept words on each side, within the sentence and within
+    ``cfg.context_span`` raw positions (the span only bounds what a rank reads around its slice).
+    """
+    span, window = cfg.context_span, cfg.window
+    ids, base = read_around(stream, cfg, lo, hi)
+    lib = native.example_builder()
+    if lib is not None:  # the same examples, bit for bit, in one pass (batches_kernel.cc)
+        return Batch(*native.build_examples(lib, ids, base, lo, hi, builder_keys(cfg, epoch), window, span,
+                                            cfg.negative, vocab.runs, threads))
+    ids = ids.astype(np.int64)
+    pos = base + np.arange(len(ids), dtype=np.int64)
+    word = ids >= 0
+    keep = word & (rng.uniform(cfg.seed, rng.KEEP, epoch, pos) < vocab.keep(np.where(word, ids, 0)))
+    sentence = np.cumsum(ids == SENTENCE_END)
+
+    kept = np.flatnonzero(keep)
+    kpos, kid, ksent = pos[kept], ids[kept], sentence[kept]
+    centre = np.flatnonzero((kpos >= lo) & (kpos < hi))
+    if len(centre) == 0:
+        return _empty(cfg)
+    cpos = kpos[centre]
+    reduced = 1 + (rng.uniform(cfg.seed, rng.WINDOW, epoch, cpos) * window).astype(np.int64)
+    offsets = np.concatenate((np.arange(-window, 0), np.arange(1, window + 1)))
+    nb = centre[:, None] + offsets[None, :]
+    inside = (nb >= 0) & (nb < len(kept))
+    nb = np.clip(nb, 0, len(kept) - 1)
+    ok = (inside & (np.abs(offsets)[None, :] <= reduced[:, None])
+          & (ksent[nb] == ksent[centre][:, None]) & (np.abs(kpos[nb] - cpos[:, None]) <= span))
+    contexts = np.where(ok, kid[nb], -1)
+    has_context = ok.any(axis=1)
+    cpos, contexts = cpos[has_context], contexts[has_context]
+    negatives = vocab.draw_noise(rng.uniform(cfg.seed, rng.NOISE, epoch, cpos[:, None], np.arange(cfg.negative)))
+    return Batch(kid[centre][has_context], contexts, negatives)
+
+
+def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1):
+    """:func:`build` of several ranges of centres ``[(lo, hi), ...]``: one Batch of their examples, range after
+    range, and each range's count (int64[R]). With at least as many ranges as ``threads``, the compiled builder
+    builds a range a thread in one call (a rank's shards of a few positions each: localsgd); else each range in
+    turn, on every thread (numpy: on one). The same examples either way."""
+    lib = native.example_builder()
+    if lib is not None and len(ranges) >= threads:
+        around = [read_around(stream, cfg, lo, hi) for lo, hi in ranges]
+        *made, counts = native.build_ranges(lib, [ids for ids, _ in around], [base for _, base in around],
+                                            [lo for lo, _ in ranges], [hi for _, hi in ranges],
+                                            builder_keys(cfg, epoch), cfg.window, cfg.context_span, cfg.negative,
+                                            vocab.runs, threads)
+        return Batch(*made), counts
+    parts = [build(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
+    fields = ("centres", "contexts", "negatives")
+    batch = Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields)) if parts else _empty(cfg)
+    return batch, np.array([len(p) for p in parts], np.int64)
+
+
+def _empty(cfg):
+    return Batch(np.zeros(0, np.int64), np.zeros((0, 2 * cfg.window), np.int64),
+                 np.zeros((0, cfg.negative), np.int64))

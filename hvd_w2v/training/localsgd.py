@@ -1,0 +1,178 @@
+"""Shard-local SGD: the stream cut into ``cfg.shards`` shards, each running word2vec's sequential SGD between
+super-step exchanges (``--shards V``; training.ExactStep is the exact global step's rule).
+
+Shard ``v`` of ``V`` owns the consecutive positions ``[n v / V, n (v + 1) / V)`` of the ``n`` of an epoch, as
+word2vec.c's threads each own a part of the file. Super-step ``k`` of an epoch covers positions
+``k S .. (k + 1) S`` of every shard's part (``S = cfg.superstep``). In it, every shard runs SGD over its
+centres, in order, on a private copy of the rows they touch, every update seeing the ones before it
+(localsgd_kernel.cc); its deltas (the copy less the super-step's snapshot) go to the rows' owners, who add
+them, each row's sum over the ``m`` shards that touched it scaled by ``min(1, cfg.merge_cap / m)`` (0: not)
+(training.CappedAdd, with shard counts for SGD counts), then, with ``cfg.merge_clip``, scaled down to that L2
+norm at most (:class:`ClippedMerge`). Then the next super-step's rows are fetched.
+
+Rank ``r`` of ``P`` hosts the shards ``[V r / P, V (r + 1) / P)`` and runs them on its threads. Everything a
+shard does is a function of its positions and the snapshot, and the deltas are summed in shard order, so
+for a fixed ``V`` and ``S`` the vectors are the same on every layout that hosts the ``V`` shards (ranks x
+threads, hosts), up to the order of float32 sums. V = 1 is word2vec's single-thread SGD with the model's
+rows refreshed every ``S`` positions.
+
+The rest is the exact step's: training.train runs the loop with this rule (the exchange of keys, rows and
+deltas, the hot rows' Horovod allreduce, the loss reports, checkpoints at super-step boundaries); the examples
+of a super-step depend on positions alone, so they and their keys are prepared ahead (training.Ahead) and the
+keys travel with the super-step before's exchange.
+"""
+import numpy as np
+
+from ..common.errors import UserError
+from ..kernels import native
+from . import batches
+from .loop import CappedAdd, StepPlan
+
+
+def shard_range(n, shards, v):
+    """Shard ``v``'s positions ``[lo, hi)`` of an epoch of ``n``."""
+    return n * v // shards, n * (v + 1) // shards
+
+
+def hosted(shards, ranks, rank):
+    """The shards rank ``rank`` of ``ranks`` runs: a range, consecutive, as even as the counts allow."""
+    return range(shards * rank // ranks, shards * (rank + 1) // ranks)
+
+
+def superstep_batches(stream, vocab, cfg, done, shards, threads=1):
+    """The examples of ``shards`` (a range of shard numbers) in global super-step ``done`` (counted over all
+    epochs), in shard order: ``(batch, bounds)``, shard ``shards[s]``'s centres ``[bounds[s], bounds[s + 1])``
+    of ``batch``, built in one call, a shard a thread, where the rank hosts as many shards as threads
+    (batches.build_ranges)."""
+    n = len(stream)
+    epoch, k = divmod(done, cfg.steps_per_epoch(n))
+    ranges = []
+    for v in shards:
+        lo, hi = shard_range(n, cfg.shards, v)
+        ranges.append((min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)))
+    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads)
+    return batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
+
+
+def prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
+    """Rank ``rank``'s StepPlan of global super-step ``done`` under ``plan`` (a RowPlan: its rank count), with
+    ``bounds``: its shards' centres. Its ``sgd`` counts, per row, the shards that touch it (the merge rule's
+    m). A function of corpus positions alone, like training.prepare_step."""
+    batch, bounds = superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank), threads)
+    return superstep_plan(batch, bounds, plan, n_hot, cfg.sg, threads)
+
+
+def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1):
+    """The StepPlan of a super-step's examples ``batch``, its shards' centres ``[bounds[s], bounds[s + 1])``:
+    one table for all its shards, ``sgd`` the shards touching each row (counted as the table is numbered),
+    ``bounds`` kept on it."""
+    step = StepPlan.of(batch, plan, n_hot, sg, 1, threads, bounds)
+    step.bounds = bounds
+    return step
+
+
+def merge_rule(cfg, threads=1):
+    """The owners' add of ``cfg``'s merge (training.CappedAdd's interface) on ``threads`` threads: the capped
+    sum, clipped with ``cfg.merge_clip``."""
+    cap = float(cfg.merge_cap or "inf")  # 0: no cap, the sum
+    return ClippedMerge(cap, cfg.merge_clip, threads) if cfg.merge_clip else CappedAdd(cap, threads)
+
+
+class LocalSGD:
+    """The shard-local SGD rule (training.ExactStep's interface): ``prepare``, ``empty_rows``, ``maths``,
+    ``apply``, ``describe``."""
+
+    @staticmethod
+    def check_layout(cfg, ranks):
+        """UserError unless every rank hosts at least one of ``cfg.shards``."""
+        if cfg.shards < ranks:
+            raise UserError(f"--shards {cfg.shards} on {ranks} ranks: every rank hosts at least one shard; use "
+                            f"--shards {ranks} or more (a multiple of ranks x threads keeps every thread busy)")
+
+    def __init__(self, cfg, vocab, stream, plan, n_hot, rank, threads):
+        self.check_layout(cfg, plan.ranks)
+        self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
+        self.lib = native.local_sgd_kernel()
+        self.apply = merge_rule(cfg, threads)
+        self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads)
+
+    @staticmethod
+    def empty_rows(table, dim):
+        return np.empty((table, dim), np.float32)
+
+    def maths(self, rows, step, alpha):
+        """Every hosted shard's SGD from the snapshot ``rows``: (deltas float32[table - 1, d] summed in shard
+        order, loss, count)."""
+        if self.lib is not None:
+            return native.local_sgd(self.lib, self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha,
+                                    self.threads)
+        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha)
+
+    def describe(self):
+        return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
+                f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}"
+                f"{f', clipped to {self.cfg.merge_clip:g}' if self.cfg.merge_clip else ''}; rows and deltas as "
+                f"{self.cfg.wire}; shard SGD: "
+                f"{'compiled' if self.lib is not None else 'numpy'}")
+
+
+class ClippedMerge:
+    """The owners' rule with ``--merge-clip``: a row's merged delta (its sources' sum, scaled by min(1, cap / m)
+    as training.CappedAdd's) scaled down to an L2 norm of at most ``clip``; each row of the table (a vector of
+    W_in or of W_out) alone.
+
+    Why: the shards' deltas of a row are each computed from the same snapshot, so where many shards update a
+    row in one super-step their sum can overshoot by far, and past about 16k positions a super-step the sum
+    diverged. Clipping bounds the step of those few rows and leaves the others' sum as it is. The clip applies
+    to the whole merged sum (all sources summed first), so it is the same on every layout of the shards.
+    """
+
+    def __init__(self, cap, clip, threads=1):
+        self.cap, self.clip, self.threads = cap, clip, threads
+
+    def __call__(self, table, rows, updates, counts):
+        """``table[rows] += updates``, merged so (rows unique; every source's already summed: the hot rows')."""
+        native.merge_sources(table, rows, [updates], counts, self.cap, self.clip, self.threads)
+
+    def sources(self, table, rows, blocks, sgd, total):
+        """An owner's scatter (training.CappedAdd.sources's arguments; ``total`` unused): the sources' blocks
+        summed row by row in source order, then scaled and added (native.merge_sources)."""
+        native.merge_sources(table, rows, blocks, sgd, self.cap, self.clip, self.threads)
+
+
+def reference(sg, rows, ctx, tgt, bounds, alpha):
+    """localsgd_kernel.cc's super-step in numpy, one centre at a time: the fallback, and what the kernel is
+    tested against (the same sums in the same order, up to the exp and log1p of each library)."""
+    none = len(rows) - 1
+    deltas = np.zeros((none, rows.shape[1]), np.float32)
+    loss = count = 0.0
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        mine = rows.copy()
+        for i in range(lo, hi):
+            cs = [c for c in ctx[i] if c != none]
+            ts = [t for k, t in enumerate(tgt[i]) if t != none and (k == 0 or t != tgt[i][0])]
+            labels = [1.0] + [0.0] * (len(ts) - 1)  # the centre, then its noise words
+            if sg:
+                inputs = [(mine[c], [c]) for c in cs]
+            elif cs:
+                inputs = [(mine[cs].mean(axis=0, dtype=np.float32), cs)]
+            else:
+                inputs = []
+            for l1, into in inputs:
+                work = np.zeros(rows.shape[1], np.float32)
+                fs = [np.float32(np.dot(l1, mine[t])) for t in ts]  # every dot product before the updates
+                for t, label, f in zip(ts, labels, fs):
+                    sig = np.float32(1 / (1 + np.exp(-np.float64(f))))
+                    loss += -np.log(sig if label else 1 - sig)
+                    g = np.float32((label - sig) * alpha)
+                    work += g * mine[t]
+                    mine[t] += g * l1
+                for c in into:
+                    mine[c] += work
+                count += 1
+        touched = np.zeros(len(rows), bool)
+        touched[ctx[lo:hi].ravel()] = touched[tgt[lo:hi].ravel()] = True
+        touched = np.flatnonzero(touched[:none])
+        deltas[touched] += mine[touched] - rows[touched]
+    return deltas, loss, count
+
