@@ -113,7 +113,6 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
     """:func:`train` once ``out``'s lock is held."""
     from .parallel.watchdog import io_budget
-    from .planning import memory
     from .store import checkpoint
     from .training import divergence
 

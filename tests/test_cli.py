@@ -44,7 +44,7 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """15,617 positions: 245 steps of 64, so two loss reports (training.FIRST_REPORT = 200 steps, then the end, as
+    """15,617 positions: 245 steps of 64, so two loss reports (loop.FIRST_REPORT = 200 steps, then the end, as
     the next report is at least training.MIN_REPORT_STEPS = 50 later) in one epoch."""
     path = tmp_path_factory.mktemp("small") / "small.txt"
     generate(str(path), 16000, vocab=1000, seed=2)

@@ -54,7 +54,7 @@ def write_run(c, folder, words, vectors, step=3):
     ids = RowPlan(len(words), c.size).ids(c.rank)
     w_out = np.random.default_rng(5).normal(size=vectors.shape).astype(np.float32)
 
-    class Rows:  # what checkpoint.save reads of a training.ShardedModel
+    class Rows:  # what checkpoint.save reads of a loop.ShardedModel
         rows = np.ascontiguousarray(np.stack([vectors[ids], w_out[ids]], axis=1))
         w_in = rows[:, 0]
 

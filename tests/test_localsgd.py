@@ -245,7 +245,8 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # matplotlib's, which TensorFlow imports
 def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, capsys):
     """localplan on a small corpus: a row per (bandwidth, S, P, H); one node exchanges nothing and is the
-    efficiency's 100%; more nodes send bytes and the exact step's projection stands beside."""
+    efficiency's 100% of 1 node; more nodes send bytes and the exact step's projection stands beside; the words
+    per core against one thread alone (measured in the same run) are never more than one."""
     from hvd_w2v.planning import localplan
 
     assert localplan.main([corpus, "--nodes", "1,4", "--threads", "4", "--superstep", "256",
@@ -255,7 +256,10 @@ def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, cap
     rows = [line.split() for line in lines[header + 1:]]
     assert [(r[2], r[4], r[5]) for r in rows] == [("1", "4", "0"), ("1", "4", "50"), ("4", "16", "0"),
                                                    ("4", "16", "50")]
-    assert rows[0][7] == "0.0" and rows[0][-2] == "100%"
+    assert rows[0][7] == "0.0" and rows[0][-4] == "100%" and all(float(r[14]) > 0 for r in rows)  # mem GB/s
+    for r in rows:  # per core: words/s over P x T cores; of 1 thread: at most what one thread alone trains
+        assert float(r[-3].replace(",", "")) == pytest.approx(float(r[-5].replace(",", "")) / int(r[4]), abs=1)
+        assert 0 < float(r[-2].rstrip("%")) <= 100, r
     assert rows[2][6] == "0" and rows[3][6] == f"{2 * 50 * 101 * 4 / 1024:,.0f}"  # [2H, dim + 1] float32
     assert float(rows[2][7].replace(",", "")) > float(rows[3][7].replace(",", "")) > 0  # hot rows leave the alltoall
     assert all(float(r[-1].replace(",", "")) > 0 for r in rows)  # the exact step's words/s
@@ -269,4 +273,10 @@ def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, cap
     half = out.out.splitlines()[-1].split()
     assert 0.45 < float(half[7].replace(",", "")) / float(rows[2][7].replace(",", "")) < 0.6
     assert "as bfloat16" in out.err and "on 1 thread here" in out.err
+    # a node whose memory cannot carry its traffic: the compute waits for it, and the row says so
+    assert localplan.main([corpus, "--nodes", "4", "--threads", "4", "--superstep", "256", "--bandwidth", "100",
+                           "--hot-rows", "0", "--exact-steps", "0", "--node-memory-bandwidth", "0.05"]) == 0
+    slow = capsys.readouterr().out.splitlines()[-1].split()
+    assert 0 < float(slow[14]) <= 0.05 and float(slow[8]) > float(rows[2][8])  # within the bound, at its pace
+    assert float(slow[15].replace(",", "")) < float(rows[2][15].replace(",", ""))
     assert localplan.main([corpus, "--threads", "4", "--node-threads", "5"]) == 2

@@ -67,7 +67,7 @@ def test_sampled_steps_spread_over_the_epoch():
 
 
 def test_a_rank_plans_what_training_prepares(corpus, tmp_path):
-    """plan_steps' keys per owner are those of training.prepare_step, the function each training rank calls."""
+    """plan_steps' keys per owner are those of loop.prepare_step, the function each training rank calls."""
     from hvd_w2v.parallel.shard import RowPlan
     from hvd_w2v.training.loop import prepare_step
 

@@ -145,7 +145,7 @@ def test_a_step_plan_equals_word2vec_loops(sg, fused, groups):
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
 def test_padding_changes_nothing(sg, fused):
-    """training.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
+    """loop.StepPlan rounds shapes up: extra zero rows, extra centres naming only the last row."""
     table, ctx, tgt = example(4)
     fn = one_group(sg, fused)
     updates, loss, count = fn(table, ctx, tgt, np.float32(0.025))

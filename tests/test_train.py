@@ -142,7 +142,7 @@ def test_export_matches_the_in_memory_model(comm, nranks, tmp_path_factory):
     from hvd_w2v.parallel import comm as comm_mod
     from hvd_w2v.store import export
     from hvd_w2v.text import encode, vocab
-    from hvd_w2v.training import loop as training
+    from hvd_w2v.training import loop
 
     c = comm_mod.init()
     folder = comm.bcast(str(tmp_path_factory.mktemp("inmem")) if c.rank == 0 else None)
@@ -153,7 +153,7 @@ def test_export_matches_the_in_memory_model(comm, nranks, tmp_path_factory):
     cfg = Config(epochs=1, batch_words=1024)
     voc = vocab.build(c, [path], cfg)
     stream = encode.encode(c, [path], voc, f"{folder}/ids")
-    model, _ = training.train(c, cfg, voc, stream, progress=False)
+    model, _ = loop.train(c, cfg, voc, stream, progress=False)
     for binary in (True, False):
         name = f"{folder}/v.{'bin' if binary else 'txt'}"
         export.write_word2vec(c, name, model.plan, voc.row_words, model.w_in, binary=binary)

@@ -6,7 +6,7 @@ threads.
 
 Each run is one ``hvd-w2v train`` job of one rank in a process of its own (1 thread pinned to one core, as
 bench.throughput runs it), with a timer around every call of the compiled libraries (hvd_w2v.kernels.native: the
-examples, the table, the gather, the maths, the add). Per step it gives the loop (training.train's seconds),
+examples, the table, the gather, the maths, the add). Per step it gives the loop (loop.train's seconds),
 each call, and *the rest*: the Python between the calls, the loop's bookkeeping and the exchange's. The rest
 runs on the rank's one Python thread whatever its budget, so it is the part of a threaded step that no
 thread count shortens; the calls' own threads and waits are bench.phases'. Runs take turns (every thread

@@ -6,7 +6,7 @@
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
                                                                          # STEP_*_BYTES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR   # COMPILED, PYTHON (text passes)
-    python -m hvd_w2v.bench.memory_probes shapes 3000                    # training.CENTRE_BUCKET, ROW_BUCKET
+    python -m hvd_w2v.bench.memory_probes shapes 3000                    # loop.CENTRE_BUCKET, ROW_BUCKET
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
 """

@@ -9,7 +9,7 @@ count, ``--steps`` consecutive steps of ``--batch-words`` positions, each phase 
 perf_counter and the median over the steps (the first 20 left out) printed side by side:
 
 - *examples*: batches.build (the compiled builder: its threads subsample and build ranges of positions);
-- *table*: training.StepPlan.of, the step's unique keys numbered (classes of keys over the threads);
+- *table*: loop.StepPlan.of, the step's unique keys numbered (classes of keys over the threads);
 - *gather*: the step's rows copied out of the model (native.take_rows, rows split over the threads);
 - *maths*: the compiled step (its centres cut over the threads, then their updates summed row range by
   row range) with its call;

@@ -7,14 +7,14 @@ from .errors import UserError
 
 # Fields that may be None, "chosen by the job's layout" (Config.settled), and the type of their values.
 LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
-# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD") has the quality
+# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD's quality") has the quality
 # and the planner's projections behind each.
 SUPERSTEP_POSITIONS = 4096  # positions a super-step covers over all its shards, by default ...
 MIN_SUPERSTEP = 64  # ... S at least this many positions a shard
 # Every row's merged delta (a vector of W_in or W_out, all shards' deltas summed) is scaled down to an L2 norm
 # of at most this, on every V and S unless told otherwise: the merge that cannot diverge (merge_clip's comment).
 MERGE_CLIP = 1.0
-# Steps whose examples training.Ahead builds ahead of use, while the exchange waits for other ranks; each
+# Steps whose examples loop.Ahead builds ahead of use, while the exchange waits for other ranks; each
 # StepPlan holds at most 16 B per slot (int32 ctx/tgt slots, and the compiled builder's int64 key and float32
 # SGD-count buffers, sized for every slot).
 AHEAD_STEPS = 4  # steps whose examples a rank prepares ahead (training.loop.Ahead; the memory plan counts them)
@@ -50,12 +50,12 @@ class Config:
     batch_words: int = 2048
     # Most frequent words replicated on every rank, their updates summed by a Horovod allreduce each step. Off:
     # that allreduce waits for a Horovod cycle every step, which costs far more than the bytes it saves
-    # (`python -m hvd_w2v.bench.settings`, the --hot-rows row; hvd_w2v/bench/README.md, "Settings").
+    # (`python -m hvd_w2v.bench.settings`, the --hot-rows row; hvd_w2v/bench/README.md, "The speed defaults").
     hot_rows: int = 0
     # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
     # against the divergence of very frequent rows (a cap of 1,024 diverged on the real corpus); low caps slow
     # frequent rows and cost quality (`python -m hvd_w2v.bench.settings`, the --update-cap rows; the figures
-    # in hvd_w2v/bench/README.md, "Quality" and "Settings").
+    # in hvd_w2v/bench/README.md, "Quality" and "The speed defaults").
     update_cap: float = 64.0
     span: int = 0  # raw positions scanned each side for context after subsampling (0: 4 * window)
     # Shard-local SGD (localsgd), when ``shards`` is 1 or more: the stream is cut into that many shards, each
@@ -66,7 +66,7 @@ class Config:
     superstep: Optional[int] = None  # positions of each shard per super-step (None: superstep_for)
     # A row's deltas, summed over the m shards that touched it in a super-step, are scaled by
     # min(1, merge_cap / m): 1 averages them (model averaging, as pWord2Vec's); 0 (no cap) adds them. The mean
-    # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD").
+    # and low caps lost quality wherever they were measured (hvd_w2v/bench/README.md, "Shard-local SGD's quality").
     merge_cap: float = 0.0
     # Then each row's merged delta (a vector of W_in or W_out) is scaled down to an L2 norm of at most
     # merge_clip (None: MERGE_CLIP; 0: not, the plain sum, which can diverge). Why it is always on:

@@ -119,7 +119,7 @@ def slowest_lag(work, steps):
 
 
 class Progress:
-    """What training.train calls at every loss report (every rank, same steps).
+    """What loop.train calls at every loss report (every rank, same steps).
 
     ``display``: show progress on rank 0 (a bar or log lines, see the module docstring); ``tensorboard``: a
     folder for TensorBoard event files, written by rank 0 (the same value on every rank: with it, each report

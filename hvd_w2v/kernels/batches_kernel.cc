@@ -5,7 +5,7 @@
 //     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
 //     operation the one numpy does, in the same order and precision: the same examples, bit for bit.
 //   hvd_w2v_build_ranges: the same over several ranges at once (localsgd's shards), a range a thread.
-//   hvd_w2v_step_plan: training.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
+//   hvd_w2v_step_plan: loop.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
 //     owner (within an owner, by a class of keys that splits the work over the threads), each example's slots
 //     in that table, and the SGD-update count of each row (shard-local SGD's: the shards that touch it).
 // tests/test_batches.py holds both to numpy. Called through ctypes by hvd_w2v/kernels/native.py, which checks the
@@ -458,13 +458,13 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
   return at;
 }
 
-// training.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
+// loop.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
 // negatives[n, negative]) on ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
 // Writes the unique keys (2 id + matrix) grouped by owner, within an owner class by class (id_class) and each
 // class in first-sight order, to keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each
 // key to sgd[U], and the slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row:
 // U + 1 rounded up to row_bucket, less one) where there is no context word and in the rows past n (ids below
-// 2^39, as training.OWNER_SHIFT has them, and width below 2^24: see Sight). With ``shards`` (>= 1; fewer than
+// 2^39, as loop.OWNER_SHIFT has them, and width below 2^24: see Sight). With ``shards`` (>= 1; fewer than
 // 2^24) shards of the centres, [bounds[s], bounds[s + 1]) (from 0 to n), sgd[U] counts instead the shards that
 // touch each key (localsgd's m). Returns U; keys and sgd need room for every occurrence. (numpy sorts the keys
 // within an owner; no sum depends on that order.) On ``threads`` threads: each deals the sights of a range of

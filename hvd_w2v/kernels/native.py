@@ -447,7 +447,7 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
 
 
 def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1, bounds=None):
-    """training.StepPlan.of's table for one block (the compiled step's), built on ``threads`` threads (the same
+    """loop.StepPlan.of's table for one block (the compiled step's), built on ``threads`` threads (the same
     table on any count). Returns keys int64[U] grouped by owner, hot last; owned int64[ranks + 1]; ctx
     int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples' slots ("none" where empty); sgd
     float32[U]: each key's SGD updates, or with ``bounds`` (shard s's centres ``[bounds[s], bounds[s + 1])``,
@@ -544,7 +544,7 @@ def trim_heap():
     """Return the free pages of the C heap to the system (glibc's ``malloc_trim``; nothing elsewhere). numpy's
     arrays of some MiB come from the heap once glibc's adaptive threshold has risen past them, and glibc keeps
     the pages of those freed below live ones: after vocab.build, half of the resident set at 4M distinct tokens
-    (hvd_w2v/bench/README.md, "The text passes before training")."""
+    (hvd_w2v/bench/README.md, "The text passes")."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):

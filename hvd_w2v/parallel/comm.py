@@ -262,7 +262,7 @@ _COMM = None
 # a collective among the ranks' background threads: with one core per rank it takes the core from the step,
 # and the thread that wakes first spins until the other's wakes. So a long cycle trains faster
 # (`python -m hvd_w2v.bench.settings`, the HOROVOD_CYCLE_TIME rows; figures in hvd_w2v/bench/README.md,
-# "Settings"). hvd-w2v calls Horovod a few times a run (the loss reports are MPI's: training.Reports); a Horovod
+# "The speed defaults"). hvd-w2v calls Horovod a few times a run (the loss reports are MPI's: loop.Reports); a Horovod
 # call waits up to a cycle, so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
 HOROVOD_CYCLE_MS = 250
 HOT_ROWS_CYCLE_MS = 50

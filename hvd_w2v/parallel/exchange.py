@@ -99,7 +99,7 @@ class Exchange:
         """Stage 3: send the updates (float32[n, d]) of route.keys to their owners, who apply them; with the
         next step's ``ask`` and the ``asked_counts`` its gather announced, returns the next step's Route.
 
-        The owner adds them with ``apply.sources(table, local_rows, blocks, sgd, scratch)`` (training.CappedAdd):
+        The owner adds them with ``apply.sources(table, local_rows, blocks, sgd, scratch)`` (loop.CappedAdd):
         every source's block in rank order, each row capped by its SGD-update count summed over all sources (a
         source's keys are unique, two sources' may not be).
         """

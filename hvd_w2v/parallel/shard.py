@@ -28,7 +28,7 @@ class RowPlan:
 
     def local_key(self, keys):
         """Index of each *key* (``2 * id + matrix``: 0 for W_in, 1 for W_out; exchange.py) in its owner's
-        interleaved table float32[2 * rows, dim] (training.ShardedModel.table)."""
+        interleaved table float32[2 * rows, dim] (loop.ShardedModel.table)."""
         keys = np.asarray(keys, dtype=np.int64)
         if self.ranks == 1:
             return keys  # one rank holds every word in id order: a key is its own index

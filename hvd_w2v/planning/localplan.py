@@ -6,7 +6,7 @@ from the real encoded corpus by the code training runs, in one process, beside t
 A node is one rank with T threads hosting T shards (V = P x T). In a super-step each shard trains S
 consecutive positions, so a node asks the owners for the rows its T x S positions touch. The planner builds
 that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's positions,
-training.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
+loop.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
 exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B (2 dim B with --wire
 bfloat16) for each row sent back and for each delta sent to its owner. The T shards of a sampled node read S
 positions each at T disjoint places of the stream, as a node's shards do at once on a corpus of V x S
@@ -23,8 +23,11 @@ source a node, built from every node's examples at sampled super-steps, by the m
 V and S (:func:`measure_owner`, config.MERGE_CLIP; "rows ms"); and the examples and table of the next
 super-step (:func:`measure_prepare`, "prepare ms"), which training builds while the exchange waits, so they
 count only past the gather and scatter. Words per second count raw words: P x T x S positions x raw words per
-position over the super-step's time; the parallel efficiency is that over P times one node's words per
-second at the same S and merge (one node exchanges nothing). S "auto" is train's default for the row's V
+position over the super-step's time. Two efficiencies stand beside them: "of 1 node", that over P times one
+node's words per second at the same S and merge (one node exchanges nothing), which says what the network
+costs; and "of 1 thread", the words per second per core (P x T cores) over what one thread alone trains on
+its best setting, measured in the same run (:func:`measure_alone`: the faster of word2vec's sequential SGD
+on one shard and the exact step on one rank of one thread), which says what the cluster's cores give. S "auto" is train's default for the row's V
 (config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
 the default --batch-words, with its rows' gather and add timed on one thread, one rank's share on one rank
@@ -32,6 +35,7 @@ the default --batch-words, with its rows' gather and add timed on one thread, on
 """
 import argparse
 import functools
+import itertools
 import math
 import os
 import sys
@@ -58,8 +62,9 @@ def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
     """The StepPlan node ``node`` of ``nodes`` builds in super-step ``at`` of an epoch (sampled places: see
     the module's docstring)."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, nodes, threads, node, at)
-    batch, _ = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1)
-    return StepPlan.of(batch, RowPlan(corpus.vocab.size, nodes), n_hot, cfg.sg, 1)
+    batch, counts = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1)
+    bounds = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)  # ``sgd``: the shards touching each row
+    return StepPlan.of(batch, RowPlan(corpus.vocab.size, nodes), n_hot, cfg.sg, 1, 1, bounds)
 
 
 def node_ranges(n, s, nodes, threads, node, at):
@@ -123,7 +128,7 @@ def _owner_seconds(model, keys, counts, sgd, merge, threads, carrier="float32", 
     """Seconds on ``threads`` threads here of an owner's rows' work in one step: the gather of the rows ``keys``
     (int64, source after source, ``counts[s]`` from source s) out of ``model`` into the form they travel in
     (the wire ``carrier``'s take), and the add of as many delta rows, each summing ``sgd`` SGD updates, by
-    ``merge`` (the rule's ``sources`` on ``threads``: training.CappedAdd, localsgd.merge_rule), as received
+    ``merge`` (the rule's ``sources`` on ``threads``: loop.CappedAdd, localsgd.merge_rule), as received
     (native.Blocks, in the wire's form). The least of ``repeats`` rounds, the first left out."""
     carrier = wire.of(carrier, threads)
     total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
@@ -205,36 +210,76 @@ def measure_exact_other(corpus, cfg):
                                                 f"{seconds[cfg.batch_words] * 1e3:,.2f} ms on one thread here")
 
 
-def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, other=(0.0, 0.0)):
+ALONE_SUPERSTEP = 4096  # one thread alone's sequential SGD, timed over super-steps of this many positions
+
+
+def measure_alone(corpus, cfg, network, exact_compute=None, exact_around=None, exact_steps=0):
+    """Words per second of one thread alone on its best setting, and how it was measured: the faster of (a)
+    word2vec's sequential SGD on one shard (V = 1) in super-steps of ALONE_SUPERSTEP positions, its SGD, its
+    examples and table and its rows' gather and add all on the one thread, and (b) the exact step on one rank
+    of one thread (plan.py's projection), when ``exact_compute`` is given. The reference the per-core
+    efficiency is taken against: one core doing all the work alone, with nothing to exchange."""
+    c = replace(cfg, superstep=ALONE_SUPERSTEP, shards=1, wire="float32",
+                merge_clip=MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip)
+    per_position = measure_thread(corpus, c)[0]
+    lo = len(corpus.stream) // 2
+    prepare = _examples_seconds(corpus, c, [(lo, min(len(corpus.stream), lo + c.superstep))], 1)
+    rows = measure_owner(corpus, c, 1, 1, range(1), 1)[0]
+    sgd = project(corpus, c, 1, 1, 0, network, per_position, [], (prepare, rows))["words"]
+    found = [(sgd, f"sequential SGD on one shard, S = {c.superstep:,}")]
+    if exact_compute is not None:
+        found.append((exact_row(corpus, cfg, 1, 1, network, exact_compute, exact_steps, exact_around),
+                      f"the exact step, {cfg.batch_words:,} positions a step"))
+    words, how = max(found)
+    return words, f"one thread alone: {words:,.0f} words/s ({how}; " + ", ".join(
+        f"{w:,.0f} by {h.split(',')[0]}" for w, h in found) + ")"
+
+
+def memory_bytes(step, dim):
+    """Bytes a node moves to and from memory in a super-step of ``step`` (its StepPlan): each shard copies the
+    rows it touches into its private copy and writes their deltas out (2 x 4 dim B a row a shard: ``step.sgd``
+    counts the shards touching each row), and the owner reads the rows it serves and reads and writes those it
+    adds into (3 x 4 dim B a row, every node serving as many rows as it asks for). A shard's SGD itself runs
+    on its private copy, which a super-step's rows keep in the core's caches."""
+    return 4 * dim * (2 * float(step.sgd.sum()) + 3 * len(step.keys))
+
+
+def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, other=(0.0, 0.0),
+            memory_bandwidth=math.inf):
     """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
     each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds, the hot
-    block's bytes a node sends into the allreduce each super-step, words/s. The next super-step's examples and
-    table (``other[0]``: :func:`measure_prepare`) are built while the exchange waits (training.Ahead.fill), so
-    they add only what the exchange does not cover."""
+    block's bytes a node sends into the allreduce each super-step, the node's memory traffic, words/s. The
+    next super-step's examples and table (``other[0]``: :func:`measure_prepare`) are built while the exchange
+    waits (loop.Ahead.fill), so they add only what the exchange does not cover. The compute takes at least
+    the node's memory traffic (:func:`memory_bytes`) at ``memory_bandwidth`` (bytes/s): the T threads of a
+    node share its memory, where this host's one thread was timed alone."""
     words_per_position = corpus.vocab.raw_words / len(corpus.stream)
     prepare, rows_work = other
-    compute = cfg.superstep * per_position + rows_work
     n_hot = min(hot, corpus.vocab.size)
+    steps = [node_step(corpus, cfg, nodes, threads, n_hot, int(node), at)
+             for at in (samples or [0]) for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round()]
+    moved = float(np.mean([memory_bytes(step, cfg.dim) for step in steps]))
+    compute = max(cfg.superstep * per_position + rows_work, moved / memory_bandwidth)
     block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
+    figures = dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block)
     if nodes == 1:
-        return dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block,
-                    words=threads * cfg.superstep * words_per_position / (compute + prepare))
+        step = compute + prepare
+        return dict(figures, words=threads * cfg.superstep * words_per_position / step, memory=moved / step)
     traffic = []
-    for at in samples:
-        for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
-            owned = node_step(corpus, cfg, nodes, threads, n_hot, int(node), at).owned
-            remote = np.array([owned.sum() - owned[node]])
-            peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
-            row = wire.of(cfg.wire).dtype.itemsize * cfg.dim * remote  # a row's bytes, or its delta's
-            traffic.append(plan.Traffic(plan.KEY_BYTES * remote, row, row, remote, remote, peers, peers))
+    for step, node in zip(steps, itertools.cycle(np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round())):
+        owned, node = step.owned, int(node)
+        remote = np.array([owned.sum() - owned[node]])
+        peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
+        row = wire.of(cfg.wire).dtype.itemsize * cfg.dim * remote  # a row's bytes, or its delta's
+        traffic.append(plan.Traffic(plan.KEY_BYTES * remote, row, row, remote, remote, peers, peers))
     gather = float(np.mean([network.gather(t, nodes) for t in traffic]))
     scatter = float(np.mean([network.scatter(t) for t in traffic]))
     reduce = network.allreduce(block, nodes)
     sent = float(np.mean([t.sent[0] for t in traffic]))
     step = compute + max(gather + scatter, prepare) + reduce
     positions = nodes * threads * cfg.superstep
-    return dict(bytes_per_word=(sent * nodes) / (positions * words_per_position), compute=compute, gather=gather,
-                scatter=scatter, reduce=reduce, block=block, words=positions * words_per_position / step)
+    return dict(figures, bytes_per_word=(sent * nodes) / (positions * words_per_position), gather=gather,
+                scatter=scatter, reduce=reduce, words=positions * words_per_position / step, memory=moved / step)
 
 
 def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
@@ -253,7 +298,8 @@ def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
 
 
 COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "hot KiB", "B/word", "SGD ms", "prepare ms", "rows ms", "gather ms",
-           "scatter ms", "allreduce ms", "words/s", "efficiency", "exact words/s"]
+           "scatter ms", "allreduce ms", "mem GB/s", "words/s", "of 1 node", "per core", "of 1 thread",
+           "exact words/s"]
 
 
 def main(argv=None):
@@ -275,6 +321,9 @@ def main(argv=None):
                         "most --threads)")
     p.add_argument("--wire", choices=WIRES, default="float32",
                    help="the form rows and deltas travel in between nodes (train's --wire; default: %(default)s)")
+    p.add_argument("--node-memory-bandwidth", type=float, default=150.0, metavar="GB/S",
+                   help="a node's memory bandwidth, GB/s: its compute takes at least its memory traffic at this "
+                        "rate (default: %(default)s)")
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
     args = p.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -284,9 +333,11 @@ def main(argv=None):
         bandwidths = [float(b) for b in args.bandwidth.split(",")]
         if args.node_threads is None:
             args.node_threads = min(args.threads, len(os.sched_getaffinity(0)))
-        if args.threads < 1 or not 1 <= args.node_threads <= args.threads or min(bandwidths) <= 0:
-            raise UserError("--threads must be at least 1, --node-threads from 1 to --threads, and --bandwidth "
-                            "more than 0")
+        if args.threads < 1 or not 1 <= args.node_threads <= args.threads or min(bandwidths) <= 0 \
+                or args.node_memory_bandwidth <= 0:
+            raise UserError("--threads must be at least 1, --node-threads from 1 to --threads, and --bandwidth and "
+                            "--node-memory-bandwidth more than 0")
+        memory = args.node_memory_bandwidth * 1e9
         cfg = Config(sg=not args.cbow)
         corpus = plan.open_corpus(args.corpus, cfg, say)
     except UserError as e:
@@ -296,6 +347,9 @@ def main(argv=None):
         exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2,
                                              statistic=np.min) if args.exact_steps else None
         exact_around = measure_exact_other(corpus, cfg) if args.exact_steps else None
+        alone, alone_how = measure_alone(corpus, cfg, plan.Network(max(bandwidths) * 1e9 / 8, args.latency * 1e-6),
+                                         exact_compute, exact_around, args.exact_steps)
+        say(f"localplan: {alone_how}")
         rows, measured, exacts = [], {}, {}  # compute per S; the exact step's words/s per (Gb/s, P), S-free
         for spec in supersteps:
             for gbps in bandwidths:
@@ -317,7 +371,7 @@ def main(argv=None):
                     per_position, prepare = measured[s][0][0], measured[s][1][0]
                     other = prepare, measured[s, n, c.merge_clip][0]
                     one = project(corpus, c, 1, args.threads, 0, network, per_position, [],
-                                  (prepare, measured[s, 1, c.merge_clip][0]))["words"]
+                                  (prepare, measured[s, 1, c.merge_clip][0]), memory)["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
                                                     args.exact_steps, exact_around) if exact_compute else float("nan")
@@ -325,14 +379,15 @@ def main(argv=None):
                     for h in hot:
                         t0 = time.monotonic()
                         r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples),
-                                    other)
+                                    other, memory)
                         rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
                                      f"{h:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}",
                                      f"{(r['compute'] - other[1]) * 1e3:,.2f}", f"{other[0] * 1e3:,.2f}",
                                      f"{other[1] * 1e3:,.2f}",
                                      f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",
-                                     f"{r['reduce'] * 1e3:,.2f}", f"{r['words']:,.0f}",
-                                     f"{r['words'] / (n * one):.0%}", f"{exact:,.0f}"])
+                                     f"{r['reduce'] * 1e3:,.2f}", f"{r['memory'] / 1e9:,.2f}", f"{r['words']:,.0f}",
+                                     f"{r['words'] / (n * one):.0%}", f"{r['words'] / (n * args.threads):,.0f}",
+                                     f"{r['words'] / (n * args.threads) / alone:.1%}", f"{exact:,.0f}"])
                         say(f"localplan: {gbps:g} Gb/s, S {s:,}, P {n:,}, H {h:,} in {time.monotonic() - t0:.1f} s")
         voc = corpus.vocab
         print(f"corpus: {corpus.about}: {voc.size:,} words, {len(corpus.stream):,} positions, {voc.raw_words:,} "
@@ -342,7 +397,9 @@ def main(argv=None):
               f"work around it on {counted(args.node_threads, 'thread')}; rows and deltas between nodes as "
               f"{args.wire}; exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
-              + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out"))
+              + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out")
+              + f"; {alone_how}; a node's memory {args.node_memory_bandwidth:g} GB/s (mem GB/s: the traffic the row's "
+              f"rate needs, the compute capped there)")
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
         print("  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths)))
         for r in rows:

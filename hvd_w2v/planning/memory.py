@@ -202,7 +202,7 @@ def distinct_counts(vocab_size, tokens=0):
 # The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
 # executor and the allocators' slack. Fitted on 2-rank runs of `hvd_w2v.bench.memory_probes phases` (VmHWM
 # after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, V 13,287, with the step shapes
-# bucketed (training.CENTRE_BUCKET): --dim 10 --batch-words 2048 added 20 MiB over the pre-training RSS and
+# bucketed (loop.CENTRE_BUCKET): --dim 10 --batch-words 2048 added 20 MiB over the pre-training RSS and
 # --dim 100 --batch-words 256 added 24 MiB; less the model, the id stream and the float blocks below, solved
 # for a fixed part and a part per slot. (Before the buckets, TensorFlow's per-shape state made it 95 and 60.)
 STEP_FIXED_BYTES = 10 * MIB
@@ -212,7 +212,7 @@ STEP_BYTES_PER_SLOT = 170
 # as the figure above, on the peak of two 1-rank runs of the first 150,000 lines of data/real/corpus.txt,
 # --epochs 1 --shards 64, one with --superstep 64 (65,536 slots a super-step), one with --superstep 4096 (4.2M):
 # the difference of their peaks less the planned float blocks, over the difference of the slots (the train
-# commands' "memory: planned ..., measured peak" lines; hvd_w2v/bench/README.md, "Shard-local SGD").
+# commands' "memory: planned ..., measured peak" lines; hvd_w2v/bench/README.md, "Shard-local SGD's quality").
 SHARD_BYTES_PER_SLOT = 24
 # ... and per slot on several ranks, beyond that: the same 150,000 lines on 2 ranks of 1 thread, --shards 64,
 # peaked past the plan by a part that grew with the slots, 20 to 26 B a slot from --superstep 64 to 1,024 and
@@ -498,7 +498,7 @@ def limits(ranks_on_node, environ=None):
 
     Not ``RLIMIT_AS`` or ``RLIMIT_DATA``: they bound virtual memory, and TensorFlow reserves far more address
     space than it touches (`hvd_w2v.bench.memory_probes` baseline and phases; figures in
-    hvd_w2v/bench/README.md, "Memory"), so a resident plan says nothing about them.
+    hvd_w2v/bench/README.md, "Memory against the plan"), so a resident plan says nothing about them.
     """
     env = os.environ if environ is None else environ
     found = []

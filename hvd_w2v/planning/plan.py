@@ -5,8 +5,8 @@ code training runs, in one process, without MPI and without training.
     python -m hvd_w2v.plan runs/mine --ranks 2,3,4 --steps all      # a run folder: its vocab.txt and ids/
 
 For every rank count P, hot-row count H and sampled global step, it builds the StepPlan each of the P ranks
-would build (training.prepare_step's pieces: training.share cuts the rank's positions, batches.build its examples,
-training.StepPlan.of its table of unique keys grouped by owner), takes from each the keys it asks of every owner,
+would build (loop.prepare_step's pieces: loop.share cuts the rank's positions, batches.build its examples,
+loop.StepPlan.of its table of unique keys grouped by owner), takes from each the keys it asks of every owner,
 and counts what exchange.Exchange sends for them, as Exchange.bytes_sent counts it:
 
 - keys asked: 16 B for each key a rank asks of another rank (the int64 key and its int64 SGD count);
@@ -158,7 +158,7 @@ class Step:
 
 def plan_steps(corpus, cfg, ranks, hot_rows, steps):
     """Yields ``(step, {H: Step})`` for each global step of ``steps`` on ``ranks`` ranks and each H of
-    ``hot_rows``: every rank's examples built once (batches.build of training.share's positions), then its
+    ``hot_rows``: every rank's examples built once (batches.build of loop.share's positions), then its
     StepPlan for each H. One step at a time: a Step holds P x P counts (8 MiB at 1,024 ranks)."""
     stream, voc = corpus.stream, corpus.vocab
     row_plan = RowPlan(voc.size, ranks)
@@ -168,7 +168,7 @@ def plan_steps(corpus, cfg, ranks, hot_rows, steps):
         positions = np.array([hi - lo for _, lo, hi in shares], np.int64)
         by_hot = {}
         for h in hot_rows:
-            n_hot = min(h, voc.size)  # as training.train's HotRows
+            n_hot = min(h, voc.size)  # as loop.train's HotRows
             # groups=1: the compiled step's one block; the keys and their owners are the same for any grouping.
             asked = np.stack([StepPlan.of(b, row_plan, n_hot, cfg.sg, 1).owned for b in examples])
             by_hot[h] = Step(asked, positions)

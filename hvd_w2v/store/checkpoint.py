@@ -169,7 +169,7 @@ def save(comm, root, model, step, run_meta):
 
 def _write_rows(path, rows):
     """Write W_in then W_out (float32 little-endian) of ``rows`` (float32[n, 2, dim], interleaved as
-    training.ShardedModel) to ``path``, fsynced; returns its manifest entry. Copied out CHUNK bytes at a time,
+    loop.ShardedModel) to ``path``, fsynced; returns its manifest entry. Copied out CHUNK bytes at a time,
     so writing costs no memory in proportion to the model."""
     h = hashlib.sha256()
     block = max(1, CHUNK // (4 * rows.shape[2]))
@@ -457,7 +457,7 @@ class Saver:
         self.comm, self.root, self.log = comm, root, log
         self.every = minutes * 60.0  # 0: only on a signal
         self.signalled = None
-        self.guard = None  # the run's divergence.Guard, set by training.train: what is written must pass it
+        self.guard = None  # the run's divergence.Guard, set by loop.train: what is written must pass it
         self._old = {}
         self.begin({})
 

@@ -34,7 +34,7 @@ Memory per rank (8-byte words):
   a larger part of text (THREAD_CHUNKS chunks a thread), whose tokens :func:`partial_bytes` adds. Each
   reader (corpus.readers: one, or one a .gz file) holds two blocks (one read ahead). The memory plan gives
   the owner's counts in either form (memory.counting_bytes; figures in hvd_w2v/bench/README.md, "The text
-  passes before training").
+  passes").
 - afterwards, nothing per word of the whole vocabulary: the CountRuns take 36 B per *distinct count*
   (RUN_BYTES), and agreeing the ids briefly holds every rank's histogram of counts. Strings are held only by
   hash and row owners: about 2/P of them each, with the arrays of their counts, hashes and ids.
@@ -267,8 +267,8 @@ class Counted:
 class WordList(Sequence):
     """Words (bytes) laid end to end, read as a sequence: ``words[i]`` the bytes of word i, a slice a WordList
     of the same bytes. A list of bytes objects costs a Python object a word, made one by one (the slowest part
-    of the work after the count on a flat vocabulary: hvd_w2v/bench/README.md, "The rows' words laid end to
-    end"); this holds the bytes and 8 B a word, where each word ends. What a rank keeps of its rows' words
+    of the work after the count on a flat vocabulary: hvd_w2v/bench/README.md, "Designs measured and
+    not kept"); this holds the bytes and 8 B a word, where each word ends. What a rank keeps of its rows' words
     (Vocab.row_words), read by vocab.txt's lines (export.write_vocab, compiled) and the vectors' export.
     Equal to any sequence of the same words."""
 

@@ -1,7 +1,7 @@
 """The divergence guard: a run whose loss or rows blow up stops with one clear error instead of exporting
 garbage with exit code 0.
 
-Two signs, both checked at every loss report (training.train), from figures every rank already has:
+Two signs, both checked at every loss report (loop.train), from figures every rank already has:
 
 - the **loss per pair** summed over the ranks: training starts at about ``(1 + negative) ln 2`` a pair (W_out
   starts at zeros, so every sigmoid is 1/2) and only goes down from there when it learns; a loss past
@@ -53,7 +53,7 @@ def largest_norm(rows):
 
 
 def frequent_norm(model, hot_rows):
-    """The largest row norm among this rank's most frequent words (model: a training.ShardedModel) and the
+    """The largest row norm among this rank's most frequent words (model: a loop.ShardedModel) and the
     hot replicas (float32[2H, dim])."""
     return max(largest_norm(model.rows[:FREQUENT_ROWS]), largest_norm(hot_rows))
 

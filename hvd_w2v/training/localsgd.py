@@ -1,5 +1,5 @@
 """Shard-local SGD: the stream cut into ``cfg.shards`` shards, each running word2vec's sequential SGD between
-super-step exchanges (``--shards V``; training.ExactStep is the exact global step's rule).
+super-step exchanges (``--shards V``; loop.ExactStep is the exact global step's rule).
 
 Shard ``v`` of ``V`` owns the consecutive positions ``[n v / V, n (v + 1) / V)`` of the ``n`` of an epoch, as
 word2vec.c's threads each own a part of the file. Super-step ``k`` of an epoch covers positions
@@ -7,8 +7,9 @@ word2vec.c's threads each own a part of the file. Super-step ``k`` of an epoch c
 centres, in order, on a private copy of the rows they touch, every update seeing the ones before it
 (localsgd_kernel.cc); its deltas (the copy less the super-step's snapshot) go to the rows' owners, who add
 them, each row's sum over the ``m`` shards that touched it scaled by ``min(1, cfg.merge_cap / m)`` (0: not)
-(training.CappedAdd, with shard counts for SGD counts), then, with ``cfg.merge_clip``, scaled down to that L2
-norm at most (:class:`ClippedMerge`). Then the next super-step's rows are fetched.
+(loop.CappedAdd, with shard counts for SGD counts), then scaled down to an L2 norm of ``cfg.merge_clip`` at
+most (:class:`ClippedMerge`; by default on every V and S, so that no row's step can grow without bound:
+config.MERGE_CLIP). Then the next super-step's rows are fetched.
 
 Rank ``r`` of ``P`` hosts the shards ``[V r / P, V (r + 1) / P)`` and runs them on its threads. Everything a
 shard does is a function of its positions and the snapshot, and the deltas are summed in shard order, so
@@ -16,9 +17,9 @@ for a fixed ``V`` and ``S`` the vectors are the same on every layout that hosts 
 threads, hosts), up to the order of float32 sums. V = 1 is word2vec's single-thread SGD with the model's
 rows refreshed every ``S`` positions.
 
-The rest is the exact step's: training.train runs the loop with this rule (the exchange of keys, rows and
+The rest is the exact step's: loop.train runs the loop with this rule (the exchange of keys, rows and
 deltas, the hot rows' Horovod allreduce, the loss reports, checkpoints at super-step boundaries); the examples
-of a super-step depend on positions alone, so they and their keys are prepared ahead (training.Ahead) and the
+of a super-step depend on positions alone, so they and their keys are prepared ahead (loop.Ahead) and the
 keys travel with the super-step before's exchange.
 """
 import numpy as np
@@ -57,7 +58,7 @@ def superstep_batches(stream, vocab, cfg, done, shards, threads=1):
 def prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
     """Rank ``rank``'s StepPlan of global super-step ``done`` under ``plan`` (a RowPlan: its rank count), with
     ``bounds``: its shards' centres. Its ``sgd`` counts, per row, the shards that touch it (the merge rule's
-    m). A function of corpus positions alone, like training.prepare_step."""
+    m). A function of corpus positions alone, like loop.prepare_step."""
     batch, bounds = superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank), threads)
     return superstep_plan(batch, bounds, plan, n_hot, cfg.sg, threads)
 
@@ -72,14 +73,14 @@ def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1):
 
 
 def merge_rule(cfg, threads=1):
-    """The owners' add of ``cfg``'s merge (training.CappedAdd's interface) on ``threads`` threads: the capped
+    """The owners' add of ``cfg``'s merge (loop.CappedAdd's interface) on ``threads`` threads: the capped
     sum, clipped with ``cfg.merge_clip``."""
     cap = float(cfg.merge_cap or "inf")  # 0: no cap, the sum
     return ClippedMerge(cap, cfg.merge_clip, threads) if cfg.merge_clip else CappedAdd(cap, threads)
 
 
 class LocalSGD:
-    """The shard-local SGD rule (training.ExactStep's interface): ``prepare``, ``empty_rows``, ``maths``,
+    """The shard-local SGD rule (loop.ExactStep's interface): ``prepare``, ``empty_rows``, ``maths``,
     ``apply``, ``describe``."""
 
     @staticmethod
@@ -118,13 +119,14 @@ class LocalSGD:
 
 class ClippedMerge:
     """The owners' rule with ``--merge-clip``: a row's merged delta (its sources' sum, scaled by min(1, cap / m)
-    as training.CappedAdd's) scaled down to an L2 norm of at most ``clip``; each row of the table (a vector of
+    as loop.CappedAdd's) scaled down to an L2 norm of at most ``clip``; each row of the table (a vector of
     W_in or of W_out) alone.
 
     Why: the shards' deltas of a row are each computed from the same snapshot, so where many shards update a
-    row in one super-step their sum can overshoot by far, and past about 16k positions a super-step the sum
-    diverged. Clipping bounds the step of those few rows and leaves the others' sum as it is. The clip applies
-    to the whole merged sum (all sources summed first), so it is the same on every layout of the shards.
+    row in one super-step their sum can overshoot by far, and the plain sum diverged, on one corpus at 4,096
+    positions a super-step (hvd_w2v/bench/README.md, "Shard-local SGD's quality"). Clipping bounds the step of
+    those few rows and leaves the others' sum as it is. The clip applies to the whole merged sum (all sources
+    summed first), so it is the same on every layout of the shards.
     """
 
     def __init__(self, cap, clip, threads=1):
@@ -135,7 +137,7 @@ class ClippedMerge:
         native.merge_sources(table, rows, [updates], counts, self.cap, self.clip, self.threads)
 
     def sources(self, table, rows, blocks, sgd, total):
-        """An owner's scatter (training.CappedAdd.sources's arguments; ``total`` unused): the sources' blocks
+        """An owner's scatter (loop.CappedAdd.sources's arguments; ``total`` unused): the sources' blocks
         summed row by row in source order, then scaled and added (native.merge_sources)."""
         native.merge_sources(table, rows, blocks, sgd, self.cap, self.clip, self.threads)
 

@@ -74,7 +74,7 @@ class ShardedModel:
 
         Drawn block by block (INIT_BLOCK_CELLS): the counters and the generator's uint64/float64 temporaries
         take about 32 B per cell, four times the float32 slice itself, so a whole slice at once would peak at
-        several times the model (python -m hvd_w2v.bench.scale; hvd_w2v/bench/README.md, "Memory")."""
+        several times the model (python -m hvd_w2v.bench.scale; hvd_w2v/bench/README.md, "Memory against the plan")."""
         ids = plan.ids(rank)
         rows = np.zeros((len(ids), 2, cfg.dim), np.float32)
         block = max(1, INIT_BLOCK_CELLS // cfg.dim)

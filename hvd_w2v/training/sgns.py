@@ -79,7 +79,7 @@ def step_function(sg, groups, fused=None, threads=1):
 
     Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
     a ``rows`` either path reads without a copy and ``f.groups`` the number of groups it wants its examples
-    in (training.StepPlan.of): ``groups`` for the graph, 1 for the compiled step, which takes any number and
+    in (loop.StepPlan.of): ``groups`` for the graph, 1 for the compiled step, which takes any number and
     skips empty context slots itself. ``rows`` float32[U + 1, d] (every row the step touches, then the zero
     row), ``ctxs``/``tgts`` sequences of ``groups`` int32 arrays ([n_g, w_g] context rows, ``U`` where none;
     [n_g, 1 + negative] the centre's row then its noise words'), ``alpha`` the step's learning rate.
