@@ -277,13 +277,13 @@ def test_out_on_node_local_disks(hosts, corpus, disk):
 
 # The run folder's lock (hvd_w2v/store/runlock.py) as a job holds it, in a process of one host, and its takeover.
 HOLD = """import sys, time
-from hvd_w2v import runlock
+from hvd_w2v.store import runlock
 lock = runlock.acquire(sys.argv[1])
 print("held", flush=True)
 time.sleep(120)
 """
 PROBE = """import sys
-from hvd_w2v import runlock
+from hvd_w2v.store import runlock
 from hvd_w2v.common.errors import UserError
 try:
     runlock.acquire(sys.argv[1], print, wait=0).release()

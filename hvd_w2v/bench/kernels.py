@@ -64,9 +64,12 @@ def source_of(kernel, commit):
     """COMMIT's source of ``kernel`` (bytes). Raises ValueError when COMMIT has no such source or its timed
     function takes other arguments than this checkout's."""
     name, _, _, function = KERNELS[kernel]
-    shown = subprocess.run(["git", "show", f"{commit}:hvd_w2v/{name}.cc"], cwd=ROOT, capture_output=True)
-    if shown.returncode:
-        raise ValueError(f"{commit} has no hvd_w2v/{name}.cc: {shown.stderr.decode().strip()}")
+    for folder in ("hvd_w2v/kernels", "hvd_w2v"):  # the kernels' folder, and where commits before it kept them
+        shown = subprocess.run(["git", "show", f"{commit}:{folder}/{name}.cc"], cwd=ROOT, capture_output=True)
+        if not shown.returncode:
+            break
+    else:
+        raise ValueError(f"{commit} has no hvd_w2v/kernels/{name}.cc: {shown.stderr.decode().strip()}")
     with open(os.path.join(native.HERE, f"{name}.cc")) as f:
         ours = f.read()
     if signature(shown.stdout.decode(), function) != signature(ours, function):
