@@ -32,18 +32,25 @@ With ``--shuffle SEED`` every trainer reads the lines in one random order (numpy
 as a corpus whose sources are mixed: every order a shard count takes its positions in is then alike, and
 the exact step and the shards differ by their merge alone.
 
+Each hvd-w2v row shows its final loss per pair (run.json's), and "diverged" where the divergence guard
+stopped the run (exit code 77: no vectors, no scores).
+
 With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
 table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
 """
 import argparse
 import bisect
 import itertools
+import json
+import math
 import os
 import statistics
 import subprocess
+import sys
 import time
 
 from ..common.wording import counted
+from ..training.divergence import EXIT_DIVERGED
 from . import ROOT, checkout_env
 from .gensim_scores import scores
 from .throughput import prepare_corpus
@@ -65,6 +72,8 @@ def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):
 
 
 def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
+    """Train with `hvd-w2v train` into ``out``: (seconds, its final loss per pair); a run that diverged (exit
+    code 77, the divergence guard) gives an infinite loss and no vectors, any other failure ends the benchmark."""
     cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "train", corpus, "--out", out,
            "--epochs", str(epochs), "--seed", str(seed), "--format", "binary", "--show", "", "--quiet",
            "--no-final-checkpoint", "--overwrite", *extra]
@@ -72,9 +81,13 @@ def train_hvd(corpus, arch, epochs, ranks, seed, out, extra=()):
         cmd.append("--cbow")
     t = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=checkout_env())
+    if done.returncode == EXIT_DIVERGED:
+        print(f"quality: {' '.join(extra)}: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr, flush=True)
+        return time.monotonic() - t, math.inf
     if done.returncode != 0:
         raise SystemExit(f"hvd-w2v failed at {ranks} ranks:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return time.monotonic() - t
+    with open(os.path.join(out, "run.json")) as f:
+        return time.monotonic() - t, json.load(f)["final_loss"]
 
 
 def reordered(path, name, order, workdir):
@@ -114,7 +127,9 @@ def shuffled(path, seed, workdir):
 
 
 def _cell(values, width, digits=3):
-    """The mean, and with several values their range: ``0.351 (0.347-0.356)``."""
+    """The mean, and with several values their range: ``0.351 (0.347-0.356)``; "diverged" if one run did."""
+    if any(math.isinf(v) for v in values):
+        return f"{'diverged':>{width}}"
     mean = f"{statistics.mean(values):.{digits}f}"
     if len(values) > 1:
         mean += f" ({min(values):.{digits}f}-{max(values):.{digits}f})"
@@ -158,33 +173,35 @@ def main(argv=None):
         corpus = shuffled(corpus, args.shuffle, args.out)
     sources = (["sentences", "corpus_file"] if args.gensim_input == "both" else [args.gensim_input]) \
         if args.gensim_workers else []
-    rows = {}  # (arch, trainer) -> [(seconds, analogy, ws353, simlex)], one per seed
+    rows = {}  # (arch, trainer) -> [(seconds, final loss per pair, analogy, ws353, simlex)], one per seed
     for arch in args.arch:
         for seed in args.seeds:
             for source in sources:
                 path = os.path.join(args.out, f"gensim-{arch}-{source}-seed{seed}.bin")
                 seconds = train_gensim(corpus, arch, args.epochs, args.gensim_workers, seed, path, source)
                 name = f"gensim, {args.gensim_workers} workers" + (", corpus_file" if source == "corpus_file" else "")
-                rows.setdefault((arch, name), []).append((seconds, *scores(path, args.eval_dir)))
+                rows.setdefault((arch, name), []).append((seconds, math.nan, *scores(path, args.eval_dir)))
             for ranks in args.ranks:
                 for v, variant in enumerate(args.variant or [""]):
                     out = os.path.abspath(os.path.join(args.out, f"hvd-{arch}-{ranks}-seed{seed}"
                                                                  + (f"-variant{v}" if args.variant else "")))
-                    seconds = train_hvd(corpus, arch, args.epochs, ranks, seed, out,
-                                        [*args.hvd_option, *variant.split()])
+                    seconds, loss = train_hvd(corpus, arch, args.epochs, ranks, seed, out,
+                                              [*args.hvd_option, *variant.split()])
                     name = f"hvd-w2v, {counted(ranks, 'rank')}" + (f" {variant}" if variant else "")
-                    rows.setdefault((arch, name), []).append(
-                        (seconds, *scores(os.path.join(out, "vectors.bin"), args.eval_dir)))
+                    got = (math.nan,) * 3 if math.isinf(loss) else scores(os.path.join(out, "vectors.bin"),
+                                                                           args.eval_dir)
+                    rows.setdefault((arch, name), []).append((seconds, loss, *got))
     seeds = f"seed {args.seeds[0]}" if len(args.seeds) == 1 else \
         f"seeds {' '.join(map(str, args.seeds))}: mean (range)"
     print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, d100 w5 k5 min_count 5 sample 1e-3; {seeds}"
           + (f"; hvd-w2v {' '.join(args.hvd_option)}" if args.hvd_option else ""))
     width = 7 if len(args.seeds) == 1 else 20
     label = max([34, *(len(trainer) for _, trainer in rows)])
-    print(f"{'arch':5} {'trainer':{label}} {'seconds':>8} {'analogy':>{width}} {'ws353':>{width}} {'simlex':>{width}}")
+    print(f"{'arch':5} {'trainer':{label}} {'seconds':>8} {'loss':>{width}} {'analogy':>{width}} {'ws353':>{width}} "
+          f"{'simlex':>{width}}")
     for (arch, trainer), runs in rows.items():
-        seconds, *metrics = zip(*runs)
-        print(f"{arch:5} {trainer:{label}} {statistics.median(seconds):8.1f} "
+        seconds, losses, *metrics = zip(*runs)
+        print(f"{arch:5} {trainer:{label}} {statistics.median(seconds):8.1f} {_cell(losses, width, 4)} "
               + " ".join(_cell(m, width) for m in metrics))
 
 
