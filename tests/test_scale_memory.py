@@ -85,7 +85,7 @@ def test_generator_follows_its_law_past_the_table(tmp_path):
 def test_small_vocabularies_write_what_they_always_wrote(tmp_path):
     """Within the exact table the text is byte for byte the earlier generator's: the corpora of
     tests/test_train.py and tests/test_checkpoint.py (1,075 words kept) and tests/test_memory.py are unchanged.
-    The digests were taken from the table-only generator (commit 9a4b53f)."""
+    The digests were taken from the table-only generator, the one before the flat vocabulary's."""
     from hvd_w2v.synthetic import generate
 
     for kwargs, digest in [

@@ -38,8 +38,8 @@ pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailabl
 
 TEMPLATE = ROOT / "slurm" / "single-node.sbatch"
 # Tiny: 100,000 tokens, 1,875 words of 16 dimensions, 1,040 global steps over 20 epochs. Training lasts seconds
-# (2 epochs took 0.5 s at 3da25f6, too short for the signal below to land), long enough for a signal sent when
-# training starts to land well before the end (acted on within 5 steps).
+# (2 epochs were too short for the signal below to land), long enough for a signal sent when training starts to
+# land well before the end (acted on within 5 steps).
 OPTIONS = ["--epochs", "20", "--dim", "16", "--show", "", "--quiet", "--checkpoint-every", "0"]
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
          "PREEMPTED"}

@@ -17,7 +17,7 @@ MERGE_CLIP = 1.0
 # Steps whose examples loop.Ahead builds ahead of use, while the exchange waits for other ranks; each
 # StepPlan holds at most 16 B per slot (int32 ctx/tgt slots, and the compiled builder's int64 key and float32
 # SGD-count buffers, sized for every slot).
-AHEAD_STEPS = 4  # steps whose examples a rank prepares ahead (training.loop.Ahead; the memory plan counts them)
+AHEAD_STEPS = 4
 WIRES = ("float32", "bfloat16")  # how shard-local SGD's rows and deltas travel (wire.py)
 
 

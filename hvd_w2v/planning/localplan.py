@@ -27,8 +27,10 @@ position over the super-step's time. Two efficiencies stand beside them: "of 1 n
 node's words per second at the same S and merge (one node exchanges nothing), which says what the network
 costs; and "of 1 thread", the words per second per core (P x T cores) over what one thread alone trains on
 its best setting, measured in the same run (:func:`measure_alone`: the faster of word2vec's sequential SGD
-on one shard and the exact step on one rank of one thread), which says what the cluster's cores give. S "auto" is train's default for the row's V
-(config.superstep_for), so its rows project what a cluster gets without --superstep. The exact step's row,
+on one shard and the exact step on one rank of one thread), which says what the cluster's cores give. A
+node's compute takes at least its memory traffic (:func:`memory_bytes`) at --node-memory-bandwidth ("mem GB/s":
+what the row's rate needs). S "auto" is train's default for the row's V (config.superstep_for), so its rows
+project what a cluster gets without --superstep. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
 the default --batch-words, with its rows' gather and add timed on one thread, one rank's share on one rank
 (:func:`measure_exact_other`: its examples and table left out, its rows all from one source).

@@ -77,7 +77,6 @@ class Guard:
         if not norm <= self.norm_limit:
             raise Diverged(step, f"a row's norm is {norm:,.4g}, past --max-row-norm {self.norm_limit:g}")
 
-
     def verify(self, comm, step, rows, since_report=None):
         """Collective: raise :class:`Diverged` on every rank unless every rank's ``rows`` (its whole slice) pass
         the norm bound and, given ``since_report`` (this rank's loss and pairs since the last report), the loss
