@@ -11,10 +11,10 @@ collective and gives the same answer on every rank::
 ``train`` is hvd_w2v.pipeline.train, ``load`` hvd_w2v.queries.keyedvectors.load; bad input raises :class:`UserError`.
 """
 from .common.errors import UserError
+from .common.version import __version__
 from .pipeline import train
 from .training.divergence import Diverged
 
-__version__ = "0.1.0"
 __all__ = ["train", "load", "KeyedVectors", "UserError", "Diverged"]
 
 

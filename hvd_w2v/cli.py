@@ -418,7 +418,7 @@ def parser():
     """The command line: ``hvd-w2v COMMAND ...``. Each subparser is also in ``parser().commands[name]``."""
     p = argparse.ArgumentParser(prog="hvd-w2v", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
+    from .common.version import __version__
 
     p.add_argument("--version", action="version", version=f"hvd-w2v {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -540,7 +540,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
     stream = commit(comm, stage, out, stream, start_over=not resume)
     run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
     saver.begin(run_meta, resumed)
-    from . import __version__
+    from .common.version import __version__
 
     _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
             state="training", steps_done=resumed.step if resumed else 0, hvd_w2v=__version__)
