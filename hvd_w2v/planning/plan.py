@@ -259,7 +259,7 @@ def measure_compute(corpus, cfg, at, repeats=7, statistic=np.median):
     rank's StepPlan of global step ``at`` with all ``batch_words`` positions and with its first 32 (about the
     call's fixed cost): the median of ``repeats`` calls each, a line through the two. (A line through two
     large batches would not do: the step's cost per position grows with the batch, whose table of unique rows
-    outgrows the caches, so a line through 2,048 and 131,072 positions crossed zero at 4 ms.) ``statistic``
+    outgrows the caches, so a line through 2,048 and 131,072 positions crossed zero.) ``statistic``
     of the calls: the median, or the least (localplan's, where other jobs share the machine)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's start-up notes
     import tensorflow as tf

@@ -82,8 +82,8 @@ THREAD_CHUNKS = 4
 PENDING = 1 << 20
 # Bytes per word of the partial counts (96: the Counter) and of a round's copies above them (107: words
 # sorted by owner, lengths, the bytes sent and received, counts, the owner's new entries), 8-byte words, per
-# rank; measured with tracemalloc around vocab._flush on 2 and 4 ranks, 95,536 words per rank. The compiled
-# tables take less (their 32 B slots, and about 60 B a word while a round sends them).
+# rank; measured with tracemalloc around vocab._flush on 2 and 4 ranks. The compiled tables take less (their
+# 32 B slots, and the words while a round sends them).
 PARTIAL_WORD_BYTES = 96 + 107
 
 
