@@ -3,9 +3,9 @@
 Errors: bad input raises UserError on every rank (see comm.agree); rank 0 prints one line and all ranks exit
 with code 2. Any other exception is a bug or a fault: the rank prints its traceback with its rank prefix and
 calls MPI_Abort, so the whole job ends at once instead of leaving peers blocked in a collective. A rank that
-waits for another longer than --stall-timeout ends the job with exit code 76 (hvd_w2v/parallel/watchdog.py); each
-command names its phases (comm.watch.enter) so that the line says where. A run that diverged (divergence.py)
-prints one line on rank 0 and every rank exits with EXIT_DIVERGED (77).
+waits for another longer than --stall-timeout ends the job with exit code 76 (parallel/watchdog.py); each
+command names its phases (comm.watch.enter) so that the line says where. A run that diverged
+(training/divergence.py) prints one line on rank 0 and every rank exits with EXIT_DIVERGED (77).
 """
 import argparse
 import dataclasses
