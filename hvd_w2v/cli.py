@@ -585,10 +585,10 @@ def main(argv=None):
             from .common.progress import end_line
 
             end_line()
-            kept = (f"the last good checkpoint, {e.checkpoint}, is kept (--resume goes on from it)"
+            kept = (f"the last good checkpoint, {e.checkpoint}, is kept (queries read it)"
                     if e.checkpoint else "no checkpoint was written before it")
-            print(f"hvd-w2v: error: {e}; nothing was exported; {kept}; try a lower --alpha",
-                  file=sys.stderr, flush=True)
+            print(f"hvd-w2v: error: {e}; nothing was exported; {kept}; try a lower --alpha (with --overwrite: a "
+                  f"resume keeps the run's)", file=sys.stderr, flush=True)
         _finish()  # every rank raised it alike: they leave together
         return EXIT_DIVERGED
     except KeyboardInterrupt:

@@ -12,7 +12,8 @@ Two signs, both checked at every loss report (loop.train), from figures every ra
 
 Checkpoints: a checkpoint is written only once :meth:`Guard.verify` passed at its step (every rank's whole
 slice against the norm bound, and the loss per pair of the steps since the last report), so every checkpoint
-a run leaves passed the guard, its newest is its last good one, and ``--resume`` goes on from it.
+a run leaves passed the guard, its newest is its last good one: queries read it, and ``--resume`` (the same
+options) goes on from it.
 """
 import math
 
