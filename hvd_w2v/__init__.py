@@ -11,7 +11,7 @@ collective and gives the same answer on every rank::
 ``train`` is hvd_w2v.pipeline.train, ``load`` hvd_w2v.queries.keyedvectors.load; bad input raises :class:`UserError`.
 """
 from .common.errors import UserError
-from .common.version import __version__
+from .common.version import __version__  # noqa: F401 (hvd_w2v.__version__)
 from .pipeline import train
 from .training.divergence import Diverged
 
