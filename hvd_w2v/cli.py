@@ -573,22 +573,13 @@ def main(argv=None):
         _finish()
         return code
     except UserError as e:
-        if _rank() == 0:
-            from .common.progress import end_line
-
-            end_line()
-            print(f"hvd-w2v: error: {e}", file=sys.stderr, flush=True)
+        _error(e)
         _finish()  # every rank raised it (comm.agree): they leave together
         return EXIT_USAGE
     except Diverged as e:
-        if _rank() == 0:
-            from .common.progress import end_line
-
-            end_line()
-            kept = (f"the last good checkpoint, {e.checkpoint}, is kept (queries read it)"
-                    if e.checkpoint else "no checkpoint was written before it")
-            print(f"hvd-w2v: error: {e}; nothing was exported; {kept}; try a lower --alpha (with --overwrite: a "
-                  f"resume keeps the run's)", file=sys.stderr, flush=True)
+        kept = (f"the last good checkpoint, {e.checkpoint}, is kept (queries read it)"
+                if e.checkpoint else "no checkpoint was written before it")
+        _error(f"{e}; nothing was exported; {kept}; try a lower --alpha (with --overwrite: a resume keeps the run's)")
         _finish()  # every rank raised it alike: they leave together
         return EXIT_DIVERGED
     except KeyboardInterrupt:
@@ -600,6 +591,15 @@ def main(argv=None):
         sys.stderr.flush()
         _abort()
         raise
+
+
+def _error(message):
+    """Rank 0's one `hvd-w2v: error:` line (every rank calls it), after the progress bar's line."""
+    if _rank() == 0:
+        from .common.progress import end_line
+
+        end_line()
+        print(f"hvd-w2v: error: {message}", file=sys.stderr, flush=True)
 
 
 def _finish():

@@ -25,7 +25,7 @@ def imports():
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
         parts = list(rel.parts)
-        package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        package = parts[:-1]  # a module's, or an __init__.py's own
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         targets = set()
         for node in ast.walk(ast.parse(path.read_text())):

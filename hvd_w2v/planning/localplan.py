@@ -37,7 +37,6 @@ the default --batch-words, with its rows' gather and add timed on one thread, on
 """
 import argparse
 import functools
-import itertools
 import math
 import os
 import sys
@@ -58,6 +57,11 @@ from ..training.loop import CappedAdd, StepPlan
 from . import plan
 
 SAMPLED_NODES = 3  # nodes whose StepPlan is built at each sampled super-step
+
+
+def sampled_nodes(nodes):
+    """The SAMPLED_NODES nodes of ``nodes`` whose steps a row samples, spread from the first to the last."""
+    return [int(n) for n in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round()]
 
 
 def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
@@ -178,7 +182,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
         steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
         ends = [np.cumsum(step.owned) for step in steps]
         seconds = []
-        for owner in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round().astype(int):
+        for owner in sampled_nodes(nodes):
             parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
             keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
             sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
@@ -258,8 +262,8 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     words_per_position = corpus.vocab.raw_words / len(corpus.stream)
     prepare, rows_work = other
     n_hot = min(hot, corpus.vocab.size)
-    steps = [node_step(corpus, cfg, nodes, threads, n_hot, int(node), at)
-             for at in (samples or [0]) for node in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round()]
+    placed = [(at, node) for at in (samples or [0]) for node in sampled_nodes(nodes)]
+    steps = [node_step(corpus, cfg, nodes, threads, n_hot, node, at) for at, node in placed]
     moved = float(np.mean([memory_bytes(step, cfg.dim) for step in steps]))
     compute = max(cfg.superstep * per_position + rows_work, moved / memory_bandwidth)
     block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
@@ -268,8 +272,8 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
         step = compute + prepare
         return dict(figures, words=threads * cfg.superstep * words_per_position / step, memory=moved / step)
     traffic = []
-    for step, node in zip(steps, itertools.cycle(np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round())):
-        owned, node = step.owned, int(node)
+    for step, (_, node) in zip(steps, placed):
+        owned = step.owned
         remote = np.array([owned.sum() - owned[node]])
         peers = np.array([np.count_nonzero(owned) - (owned[node] > 0)])
         row = wire.of(cfg.wire).dtype.itemsize * cfg.dim * remote  # a row's bytes, or its delta's

@@ -84,8 +84,8 @@ class Guard:
         per pair over every rank does. What a checkpoint of global step ``step`` must pass to be written."""
         # mpi4py: every rank's largest row norm, its loss and its pairs; the largest and the sums, to all
         norm = comm.allreduce(largest_norm(rows), "max")
-        if since_report is not None:
-            loss, pairs = comm.allreduce(float(since_report[0])), comm.allreduce(float(since_report[1]))
-            if pairs:
-                self.check(step, loss / pairs, norm)
-        self.check_norm(step, norm)
+        pairs = comm.allreduce(float(since_report[1])) if since_report is not None else 0.0
+        if pairs:
+            self.check(step, comm.allreduce(float(since_report[0])) / pairs, norm)
+        else:
+            self.check_norm(step, norm)
