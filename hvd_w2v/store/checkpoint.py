@@ -495,7 +495,8 @@ class Saver:
 
     def step_done(self, done, model, hot, since_report=None):
         """Called by every rank after global step ``done`` (1-based count); collective every POLL_STEPS steps.
-        ``since_report``: this rank's loss and pairs since training's last report (the divergence guard's).
+        ``since_report``: this rank's loss and pairs since training's last report, its first two values (the
+        divergence guard's; passed whole, so the step pays no slice).
 
         May write a checkpoint; after a signal raises :class:`Interrupted` on every rank; raises
         divergence.Diverged instead of writing one of a run that diverged.

@@ -158,7 +158,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
             steps_on = max(MIN_REPORT_STEPS, int(arrived[0][0][2])) if arrived else FIRST_REPORT
             next_report, last = done + 1 + steps_on, (done + 1, now, stats["exchange_seconds"])
         if saver is not None and done + 1 < total_steps:
-            saver.step_done(done + 1, model, hot, report[:2])  # collective every few steps: may checkpoint or stop
+            saver.step_done(done + 1, model, hot, report)  # collective every few steps; report[:2]: loss, pairs
     hot.write_back()
     guard.verify(comm, total_steps, model.rows)  # the whole slice, as a checkpoint's (the loss: the last report)
     stats["seconds"] = time.monotonic() - start
