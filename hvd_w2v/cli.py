@@ -317,6 +317,10 @@ def add_train_options(p):
     r.add_argument("--superstep", type=_or_auto(int), default=d.superstep, metavar="S",
                    help="with --shards: positions of each shard per super-step (auto, the default: "
                         f"{config.SUPERSTEP_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
+    r.add_argument("--substep", type=_or_auto(int), default=d.substep, metavar="K",
+                   help="with --shards and --hot-rows: the hot rows merged over every shard (Horovod's allreduce) "
+                        "every K positions of each shard, inside the super-step (auto, the default: once a "
+                        "super-step, at its end)")
     r.add_argument("--merge-cap", type=float, default=d.merge_cap,
                    help="with --shards: a row's deltas summed over the m shards that touched it are scaled by "
                         "min(1, cap/m); 1 averages them, 0 adds them (default: %(default)s)")

@@ -166,6 +166,11 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
             f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
             f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
+        horovod = stats["horovod"]
+        if horovod["calls"]:
+            say(f"done: Horovod: {horovod['calls']:,} allreduces of the hot rows, {readable_bytes(horovod['bytes'])} "
+                f"from each rank, {horovod['bytes'] / stats['words']:,.0f} bytes a word; "
+                f"{horovod['seconds'] / stats['seconds']:.0%} of step time")
         whole = 4 * len(stream) * stats["words"] / voc.raw_words  # the stream's bytes over the epochs trained
         say("done: the id stream's share each rank read: "
             + ", ".join(f"{b / whole:.1%}" for b in stats["stream_read"])
@@ -173,6 +178,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
                        final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
                        exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4),
+                       horovod=dict(horovod, seconds=round(horovod["seconds"], 3)),
                        stream_read_bytes=stats["stream_read"])
     _record(comm, out, record, **summary)
     return Run(comm, cfg, voc, model, stats, record, out)
@@ -204,12 +210,14 @@ def unknown_options(config):
 
 def start(cfg=None, threads=None, stall_timeout=None):
     """MPI and Horovod (the first call starts them; comm.init): ``threads`` compute threads per rank, and
-    Horovod's cycle, short with hot rows, whose allreduce every step waits for. Returns the Comm."""
+    Horovod's cycle, short with hot rows, whose allreduce every step waits for, and shorter with a substep,
+    whose allreduces come several times a super-step. Returns the Comm."""
     from .parallel import comm as comm_mod
 
     hot = cfg is not None and cfg.hot_rows
-    return comm_mod.init(threads, comm_mod.HOT_ROWS_CYCLE_MS if hot else comm_mod.HOROVOD_CYCLE_MS,
-                         stall_timeout=stall_timeout)
+    cycle = (comm_mod.HOT_INSIDE_CYCLE_MS if hot and cfg.substep else comm_mod.HOT_ROWS_CYCLE_MS if hot
+             else comm_mod.HOROVOD_CYCLE_MS)
+    return comm_mod.init(threads, cycle, stall_timeout=stall_timeout)
 
 
 def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None):
@@ -567,13 +575,19 @@ def settle(comm, cfg, resumed=None, say=None):
     if cfg.shards is None and settled.shards and say:
         why = ("as the run resumed chose" if previous and previous.get("shards") == settled.shards
                else f"a shard for each of the {threads:,} threads on {hosts:,} hosts")
-        say(f"mode: shard-local SGD ({why}): --shards {settled.shards} --superstep {settled.superstep} --merge-clip "
-            f"{settled.merge_clip:g} --wire {settled.wire} (--shards 0: the exact step)")
+        hot = f" --hot-rows {settled.hot_rows} --substep {settled.substep}" if settled.hot_inside else ""
+        say(f"mode: shard-local SGD ({why}): --shards {settled.shards} --superstep {settled.superstep}{hot} "
+            f"--merge-clip {settled.merge_clip:g} --wire {settled.wire} (--shards 0: the exact step)")
     return settled
 
 
 def _rule(cfg):
-    """The step rule ``cfg`` asks for: localsgd.LocalSGD with shards, else loop.ExactStep."""
+    """The step rule ``cfg`` asks for: hotsync.HotSync with shards whose hot rows merge inside the super-step,
+    localsgd.LocalSGD with shards, else loop.ExactStep."""
+    if cfg.hot_inside:
+        from .training.hotsync import HotSync
+
+        return HotSync
     if cfg.shards:
         from .training.localsgd import LocalSGD
 

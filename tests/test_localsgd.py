@@ -167,9 +167,11 @@ def train(corpus, out, nranks, threads, *options):
     return load(f"{out}/vectors.bin")
 
 
-# Skip-gram with hot rows (their deltas summed by Horovod) and the plain sum, CBOW without (every row through
-# the alltoall: an owner sums several ranks' blocks) and with the merge clipped (small enough to bind here).
-ARCH = {"sg": ["--sg", "--hot-rows", "40", "--merge-clip", "0"], "cbow": ["--cbow", "--merge-clip", "0.01"]}
+# Both with hot rows merged inside the super-step (hotsync: their deltas summed by Horovod every --substep
+# positions of a shard, 4 and 6 times a super-step), most rows through the alltoall (an owner sums several ranks'
+# blocks); skip-gram with the plain sum, CBOW with the merge clipped (small enough to bind here).
+ARCH = {"sg": ["--sg", "--hot-rows", "40", "--substep", "128", "--merge-clip", "0"],
+        "cbow": ["--cbow", "--hot-rows", "30", "--substep", "100", "--merge-clip", "0.01"]}
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +236,8 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
     # the exact step): its run.json's.
     result = launch(1, ["hvd-w2v", "train", corpus, "--out", tmp_path, "--epochs", "2", "--quiet", "--show", "",
                         "--format", "binary", "--sg", "--hot-rows", "40", "--resume"], timeout=240, threads=2)
-    assert result.ok and "mode: shard-local SGD (as the run resumed chose): --shards 4 --superstep 512 " \
-        "--merge-clip 0 --wire float32 (" in result.output, result.output[-3000:]
+    assert result.ok and "mode: shard-local SGD (as the run resumed chose): --shards 4 --superstep 512 --hot-rows " \
+        "40 --substep 128 --merge-clip 0 --wire float32 (" in result.output, result.output[-3000:]
     got = load(f"{tmp_path}/vectors.bin")
     diff = np.abs(got.vectors - reference["sg"].vectors).max()
     print(f"resumed on 1 x 2: largest difference from the uninterrupted 1 x 4 {diff:.2e}")
@@ -250,33 +252,38 @@ def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, cap
     from hvd_w2v.planning import localplan
 
     assert localplan.main([corpus, "--nodes", "1,4", "--threads", "4", "--superstep", "256",
-                           "--bandwidth", "100", "--hot-rows", "0,50", "--exact-steps", "2"]) == 0
+                           "--bandwidth", "100", "--hot-rows", "0,500", "--substep", "auto,64", "--exact-steps", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = lines.index(next(line for line in lines if line.split()[:3] == ["Gb/s", "S", "P"]))
     rows = [line.split() for line in lines[header + 1:]]
-    assert [(r[2], r[4], r[5]) for r in rows] == [("1", "4", "0"), ("1", "4", "50"), ("4", "16", "0"),
-                                                   ("4", "16", "50")]
-    assert rows[0][7] == "0.0" and rows[0][-4] == "100%" and all(float(r[14]) > 0 for r in rows)  # mem GB/s
+    assert [(r[2], r[4], r[5], r[6]) for r in rows] == [
+        ("1", "4", "0", "256"), ("1", "4", "500", "256"), ("1", "4", "500", "64"),
+        ("4", "16", "0", "256"), ("4", "16", "500", "256"), ("4", "16", "500", "64")]
+    assert rows[0][8] == "0.0" and rows[0][-4] == "100%" and all(float(r[15]) > 0 for r in rows)  # mem GB/s
     for r in rows:  # per core: words/s over P x T cores; of 1 thread: at most what one thread alone trains
         assert float(r[-3].replace(",", "")) == pytest.approx(float(r[-5].replace(",", "")) / int(r[4]), abs=1)
         assert 0 < float(r[-2].rstrip("%")) <= 100, r
-    assert rows[2][6] == "0" and rows[3][6] == f"{2 * 50 * 101 * 4 / 1024:,.0f}"  # [2H, dim + 1] float32
-    assert float(rows[2][7].replace(",", "")) > float(rows[3][7].replace(",", "")) > 0  # hot rows leave the alltoall
+    assert rows[3][7] == "0" and rows[4][7] == f"{2 * 500 * 101 * 4 / 1024:,.0f}"  # [2H, dim + 1] float32
+    assert float(rows[3][8].replace(",", "")) > float(rows[4][8].replace(",", "")) > 0  # hot rows leave the alltoall
+    # merged every 64 of 256 positions: 4 allreduces a super-step, the same alltoall, fewer words/s
+    assert float(rows[5][14]) == pytest.approx(4 * float(rows[4][14]), rel=0.05) and float(rows[4][14]) > 0
+    assert rows[5][8] == rows[4][8] and float(rows[5][16].replace(",", "")) < float(rows[4][16].replace(",", ""))
     assert all(float(r[-1].replace(",", "")) > 0 for r in rows)  # the exact step's words/s
     # around the SGD: the examples' work measured once; the rows' add from P sources, once a P
-    assert len({r[9] for r in rows}) == 1 and float(rows[0][9]) > 0
-    assert all(r[10] == rows[2 * (i // 2)][10] and float(r[10]) > 0 for i, r in enumerate(rows))
+    assert len({r[10] for r in rows}) == 1 and float(rows[0][10]) > 0
+    assert all(r[11] == rows[3 * (i // 3)][11] and float(r[11]) > 0 for i, r in enumerate(rows))
+    rows = [rows[0], rows[1], rows[3], rows[4]]  # as the rows without --substep, for the checks below
     # bfloat16 rows and deltas: the same keys, half the rows' bytes; the node's work on 1 thread, as told
     assert localplan.main([corpus, "--nodes", "4", "--threads", "4", "--superstep", "256", "--bandwidth", "100",
                            "--hot-rows", "0", "--exact-steps", "0", "--wire", "bfloat16", "--node-threads", "1"]) == 0
     out = capsys.readouterr()
     half = out.out.splitlines()[-1].split()
-    assert 0.45 < float(half[7].replace(",", "")) / float(rows[2][7].replace(",", "")) < 0.6
+    assert 0.45 < float(half[8].replace(",", "")) / float(rows[2][8].replace(",", "")) < 0.6
     assert "as bfloat16" in out.err and "on 1 thread here" in out.err
     # a node whose memory cannot carry its traffic: the compute waits for it, and the row says so
     assert localplan.main([corpus, "--nodes", "4", "--threads", "4", "--superstep", "256", "--bandwidth", "100",
                            "--hot-rows", "0", "--exact-steps", "0", "--node-memory-bandwidth", "0.05"]) == 0
     slow = capsys.readouterr().out.splitlines()[-1].split()
-    assert 0 < float(slow[14]) <= 0.05 and float(slow[8]) > float(rows[2][8])  # within the bound, at its pace
-    assert float(slow[15].replace(",", "")) < float(rows[2][15].replace(",", ""))
+    assert 0 < float(slow[15]) <= 0.05 and float(slow[9]) > float(rows[2][9])  # within the bound, at its pace
+    assert float(slow[16].replace(",", "")) < float(rows[2][16].replace(",", ""))
     assert localplan.main([corpus, "--threads", "4", "--node-threads", "5"]) == 2

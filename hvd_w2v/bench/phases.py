@@ -37,11 +37,14 @@ import argparse
 import os
 import statistics
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..common.wording import counted
 from .throughput import prepare_corpus
+
+NO_HOT_ROWS = SimpleNamespace(n=0)  # what a step rule is told of the hot rows (exchange.HotRows) here: none
 
 PHASES = ("examples", "table", "gather", "maths", "add")
 WARM_UP = 20
@@ -63,7 +66,8 @@ class _Rank:
         self.cfg = Config(sg=sg, batch_words=batch_words, shards=shards, superstep=superstep)
         self.plan = RowPlan(corpus.vocab.size, 1)
         if shards:  # shard-local SGD's rule: its maths, and the sum of the deltas
-            self.rule = localsgd.LocalSGD(self.cfg, corpus.vocab, corpus.stream, self.plan, 0, 0, threads)
+            self.rule = localsgd.LocalSGD(self.cfg, corpus.vocab, corpus.stream, self.plan, NO_HOT_ROWS, 0,
+                                           threads)
             self.apply = self.rule.apply
         else:
             self.step_fn = sgns.step_function(sg, self.cfg.window, threads=threads)

@@ -19,7 +19,9 @@ set of one process (per rank for hvd-w2v).
 With ``--variant OPTS`` (repeatable), every hvd-w2v row is trained once per variant, with the variant's
 options (space-separated, after ``--hvd-option``'s; "" for none; a lone option as ``--variant=--shards=2``),
 in turn within each repeat, so that the variants share the machine's moods; each row's "vs 1 rank" refers to
-its own variant's 1 rank.
+its own variant's 1 rank. "exchange" is its share of step time (the hot rows' allreduces among it), "Horovod"
+the hot rows' allreduces' share and "B/word" the bytes a rank's hot blocks held a word ("done: Horovod:" of
+the run; nothing on one rank, where nothing travels).
 """
 import argparse
 import json
@@ -116,9 +118,12 @@ def figures(text):
     speed = re.search(r"done: ([\d,]+) words/s over ([\d.]+) s.* exchange (\d+)% of step time and ([\d,]+) bytes",
                       text)
     peak = re.search(r"peak resident MiB per rank \[([\d, ]+)\]", text)
+    horovod = re.search(r"done: Horovod: .* ([\d,]+) bytes a word; (\d+)% of step time", text)  # none: one rank
     number = lambda s: float(s.replace(",", ""))  # noqa: E731
     return dict(words_per_s=number(speed.group(1)), seconds=float(speed.group(2)), exchange=int(speed.group(3)) / 100,
-                bytes_per_word=number(speed.group(4)), peak_mib=[int(x) for x in peak.group(1).split(",")])
+                bytes_per_word=number(speed.group(4)), peak_mib=[int(x) for x in peak.group(1).split(",")],
+                horovod_bytes=number(horovod.group(1)) if horovod else 0.0,
+                horovod=int(horovod.group(2)) / 100 if horovod else 0.0)
 
 
 def option(extra, name, default):
@@ -239,21 +244,22 @@ def main(argv=None):
           f"d100 w5 k5 min_count 5 sample 1e-3; median of {args.repeats} runs; {os.cpu_count()} cores")
     width = 28 + max(len(v) + 1 for v in variants)
     print(f"{'trainer':{width}} {'words/s':>10} {'vs gensim':>10} {'vs 1 rank':>10} {'exchange':>9} "
-          f"{'bytes/word':>11} {'peak MiB':>9}")
+          f"{'bytes/word':>11} {'Horovod':>8} {'B/word':>7} {'peak MiB':>9}")
     for t in rows:
         name, n = t[:2]
         wps = med(t, "words_per_s")
         label = ("2 x 1 rank, no exchange" if name == CEILING else f"hvd-w2v, 1 rank x {n} threads" if name == THREADS
                  else f"{name}, {counted(n, 'worker' if name == 'gensim' else 'rank')}")
         if name == "gensim":
-            print(f"{label:{width}} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {peak(t):9,}")
+            print(f"{label:{width}} {wps:10,.0f} {'':>10} {'':>10} {'':>9} {'':>11} {'':>8} {'':>7} {peak(t):9,}")
             continue
         cores = min(n, os.cpu_count() or 1)
         label += (" (oversubscribed)" if n > (os.cpu_count() or 1) else "") + (f" {t[2]}" if t[2] else "")
         ref = med(("gensim", min(cores, 2)), "words_per_s")
         scale = wps / med(("hvd-w2v", 1, t[2]), "words_per_s")
         print(f"{label:{width}} {wps:10,.0f} {wps / ref:9.2f}x {scale:9.2f}x {med(t, 'exchange'):9.0%} "
-              f"{med(t, 'bytes_per_word'):11,.0f} {peak(t):9,}")
+              f"{med(t, 'bytes_per_word'):11,.0f} {med(t, 'horovod'):8.0%} {med(t, 'horovod_bytes'):7,.0f} "
+              f"{peak(t):9,}")
     if not args.no_plot:  # the first variant's rows
         first = {t[:2]: runs[t] for t in rows if len(t) == 2 or t[2] == variants[0]}
         plot(args.out, first, lambda t, k: statistics.median(x[k] for x in first[t]),

@@ -76,6 +76,10 @@ class Config:
     # so no feedback can grow without bound, on any corpus, V, S or learning rate; rows that few shards touch
     # (nearly all of them) move by their sum, as sequential SGD would move them.
     merge_clip: Optional[float] = None
+    # With shards and hot_rows: positions of each shard between the hot rows' merges inside a super-step
+    # (hotsync: Horovod's allreduce of the hot block, one a sub-step). None, or the super-step's or more: one
+    # merge at its end with the other rows (localsgd); settled keeps it only below the super-step.
+    substep: Optional[int] = None
     # How a super-step's rows and deltas travel between ranks: "float32", or "bfloat16", half the bytes, each
     # rounded to about 3 significant digits (wire.py). The exact step's stay float32.
     wire: str = "float32"
@@ -118,6 +122,8 @@ class Config:
              f"--shards must be 0 (the exact step), 1..16777216 or auto, got {self.shards}"),
             (self.superstep is None or 1 <= self.superstep <= 1 << 24,
              f"--superstep must be in 1..16777216 or auto, got {self.superstep}"),
+            (self.substep is None or 1 <= self.substep <= 1 << 24,
+             f"--substep must be in 1..16777216 or auto, got {self.substep}"),
             (self.merge_cap >= 0, f"--merge-cap must be 0 (no cap) or more, got {self.merge_cap}"),
             (self.merge_clip is None or self.merge_clip >= 0,
              f"--merge-clip must be 0 (no clip), more or auto, got {self.merge_clip}"),
@@ -132,6 +138,11 @@ class Config:
     def context_span(self):
         """How far (raw positions) a centre looks for its kept neighbours; fixed so results are rank-free."""
         return self.span or 4 * self.window
+
+    @property
+    def hot_inside(self):
+        """Whether the hot rows merge inside the super-step (hotsync): shards, hot rows and a shorter substep."""
+        return bool(self.shards and self.hot_rows and self.substep and self.substep < self.superstep)
 
     def steps_per_epoch(self, n):
         """Global steps in an epoch of ``n`` positions: exact steps of ``batch_words``, or super-steps of
@@ -157,6 +168,9 @@ class Config:
         if shards is None:
             shards = previous.get("shards") if previous.get("shards") is not None else threads if hosts > 1 else 0
         if not shards:
+            if self.substep is not None:
+                raise UserError("--substep is shard-local SGD's: the exact step merges the hot rows every step "
+                                "(use --shards 1 or more)")
             if self.wire != "float32":
                 raise UserError(f"--wire {self.wire} is shard-local SGD's: the exact step's rows travel as float32 "
                                 f"(use --shards 1 or more)")
@@ -169,7 +183,10 @@ class Config:
                 value = previous.get(name)
             return default if value is None else value
         superstep = chosen("superstep", superstep_for(shards))
-        return replace(self, shards=shards, superstep=superstep,
+        substep = chosen("substep", superstep)
+        if substep < superstep and not self.hot_rows:
+            raise UserError(f"--substep {substep} merges the hot rows inside the super-step: give --hot-rows H too")
+        return replace(self, shards=shards, superstep=superstep, substep=substep if substep < superstep else None,
                        merge_clip=chosen("merge_clip", MERGE_CLIP))
 
     def to_dict(self):

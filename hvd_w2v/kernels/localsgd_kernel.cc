@@ -69,24 +69,22 @@ inline void gradients(const float* l1, float* const* l2, int64_t k1, int64_t d, 
 // A target slot that trains nothing: no target, or a noise word equal to the centre.
 inline bool skipped(const int32_t* ts, int k, int32_t none) { return ts[k] == none || (k > 0 && ts[k] == ts[0]); }
 
-// One shard's private rows, kept from call to call (a thread's, reused by every shard it runs: fresh buffers
-// would be fresh pages every super-step). ``at[r]`` is the place of table row r in ``copy`` (-1: the shard
-// does not touch it); ``ctx`` and ``tgt`` are the shard's examples with places for row indices (-1: nothing).
+// One shard's private rows (kept from call to call: fresh buffers would be fresh pages every super-step).
+// ``order`` lists the table rows the shard touches, in the order of their places in ``copy``; ``ctx`` and
+// ``tgt`` are the shard's examples with places for row indices (-1: nothing).
 struct Copy {
-  std::vector<int32_t> at;
-  std::vector<int32_t> order;  // the rows touched, in the order of their places
+  std::vector<int32_t> order;
   std::vector<float> copy;
   std::vector<int32_t> ctx, tgt;
 
   // Places for the rows shard [lo, hi) touches, in the order it first names them, and their copies from
   // the snapshot. One pass before the SGD: its reads of scattered snapshot rows are independent of each other,
   // so the memory serves many at once, where copying each row on first use inside the SGD loop waited on
-  // each in turn.
-  void begin(const float* rows, int64_t T, int64_t d, const int32_t* cs, int64_t w, const int32_t* ts,
-             int64_t k1, int64_t lo, int64_t hi) {
+  // each in turn. ``at`` (int32[T], all -1) is the calling thread's scratch, left all -1.
+  void begin(std::vector<int32_t>& at, const float* rows, int64_t T, int64_t d, const int32_t* cs, int64_t w,
+             const int32_t* ts, int64_t k1, int64_t lo, int64_t hi) {
     const int32_t none = static_cast<int32_t>(T - 1);
     if (static_cast<int64_t>(at.size()) < T) at.assign(T, -1);
-    for (int32_t r : order) at[r] = -1;  // the shard before's marks
     order.clear();
     const int64_t n = hi - lo;
     ctx.resize(n * w), tgt.resize(n * k1);
@@ -115,6 +113,7 @@ struct Copy {
       for (int64_t k = 0; k < k1; ++k) tgt[i * k1 + k] = skipped(t, k, none) ? -1 : at[t[k]];
       for (int64_t j = 0; j < w; ++j) ctx[i * w + j] = c[j] == none ? -1 : at[c[j]];
     }
+    for (int32_t r : order) at[r] = -1;
     if (copy.size() < order.size() * d) copy.resize(order.size() * d);
     for (size_t e = 0; e < order.size(); ++e) {
       const float* from = rows + static_cast<int64_t>(order[e]) * d;
@@ -125,16 +124,16 @@ struct Copy {
   }
 };
 
-// Shard [lo, hi)'s SGD on its copy ``mine``; returns its loss and count.
-void shard(bool sg, const float* rows, int64_t T, int64_t d, float alpha, const int32_t* ctx, int64_t w,
-           const int32_t* tgt, int64_t k1, int64_t lo, int64_t hi, Copy& mine, double* loss_out, double* count_out) {
-  mine.begin(rows, T, d, ctx, w, tgt, k1, lo, hi);
+// word2vec.c's SGD over the centres [from, to) of ``mine``'s examples (counted from the shard's first), in
+// order, on its copy; adds their loss and count.
+void sgd(bool sg, int64_t d, float alpha, int64_t w, int64_t k1, int64_t from, int64_t to, Copy& mine,
+         double* loss_out, double* count_out) {
   std::vector<float> work(d), hidden(d), grad(k1);
   std::vector<float*> l2(k1);
   float* copy = mine.copy.data();
   auto row = [&](int32_t p) { return copy + static_cast<int64_t>(p) * d; };
   double loss = 0, count = 0;
-  for (int64_t i = 0; i < hi - lo; ++i) {
+  for (int64_t i = from; i < to; ++i) {
     const int32_t* cs = mine.ctx.data() + i * w;
     const int32_t* ts = mine.tgt.data() + i * k1;
     for (int64_t k = 0; k < k1; ++k) l2[k] = ts[k] < 0 ? nullptr : row(ts[k]);
@@ -177,10 +176,65 @@ void shard(bool sg, const float* rows, int64_t T, int64_t d, float alpha, const 
       count += 1;
     }
   }
-  *loss_out = loss, *count_out = count;
+  *loss_out += loss, *count_out += count;
 }
 
-std::vector<Copy> copies;  // a thread's (the library's: a rank calls from one Python thread)
+// Adds shard copies' deltas into ``deltas`` rows [r0, r1), shard by shard in the order given: each row's first
+// written as if added to zero (``written``: whether a row holds a delta yet), rows in [skip_lo, skip_hi) left.
+void add_deltas(const Copy* const* shards, int64_t count, const float* rows, int64_t d, int64_t r0, int64_t r1,
+                int64_t skip_lo, int64_t skip_hi, uint8_t* written, float* deltas) {
+  for (int64_t s = 0; s < count; ++s) {
+    const Copy& c = *shards[s];
+    for (size_t e = 0; e < c.order.size(); ++e) {
+      const int64_t r = c.order[e];
+      if (r < r0 || r >= r1 || (r >= skip_lo && r < skip_hi)) continue;
+      const float* now = c.copy.data() + e * d;
+      const float* before = rows + r * d;
+      float* out = deltas + r * d;
+      if (written[r]) {
+#pragma omp simd
+        for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
+      } else {
+        written[r] = 1;
+#pragma omp simd
+        for (int64_t x = 0; x < d; ++x) out[x] = 0.f + (now[x] - before[x]);  // as += into a zero (-0 too)
+      }
+    }
+  }
+}
+
+// The checks every entry makes before it writes anything: bounds increasing within [0, n], every row index
+// in [0, T). Returns true when they hold.
+bool checked(const int32_t* ctx, int64_t w, const int32_t* tgt, int64_t k1, int64_t n, int64_t T,
+             const int64_t* bounds, int64_t segments, int team) {
+  const int32_t none = static_cast<int32_t>(T - 1);
+  if (segments < 1 || bounds[0] < 0 || bounds[segments] > n) return false;
+  for (int64_t s = 0; s < segments; ++s)
+    if (bounds[s] > bounds[s + 1]) return false;
+  int64_t bad = 0;  // a pass over all the examples, on the team
+#pragma omp parallel for num_threads(team) reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = i * w; j < (i + 1) * w; ++j) bad |= ctx[j] < 0 || ctx[j] > none;
+    for (int64_t j = i * k1; j < (i + 1) * k1; ++j) bad |= tgt[j] < 0 || tgt[j] > none;
+  }
+  return !bad;
+}
+
+std::vector<Copy> copies;  // a thread's, in the one-call super-step (the library's: a rank calls from one thread)
+std::vector<std::vector<int32_t>> scratch;  // a thread's ``at`` (Copy::begin)
+
+// A super-step in sub-steps (hvd_w2v_local_sgd_open's contract): every shard's copy held from open to close.
+struct Session {
+  int64_t sg = 0, T = 0, d = 0, w = 0, k1 = 0, shards = 0, parts = 0, hot_lo = 0, hot_hi = 0;
+  int team = 1;
+  const float* rows = nullptr;
+  std::vector<int64_t> bounds;  // shard s's sub-step j: centres [bounds[s parts + j], bounds[s parts + j + 1])
+  std::vector<Copy> copy;  // a shard's
+  std::vector<int32_t> hot_at;  // [shards, hot rows]: the place of each hot row in a shard's copy, or -1
+  std::vector<uint8_t> touched;  // [shards, hot rows]: whether the sub-step's centres name it
+  std::vector<float> base;  // [hot rows, d]: the hot rows as every shard's copy holds them since the last sync
+  std::vector<double> loss, count;  // a shard's, over the sub-steps run
+} session;
 
 }  // namespace
 
@@ -191,20 +245,9 @@ extern "C" {
 int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, const int32_t* ctx, int64_t w,
                           const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
                           float alpha, int64_t threads, float* deltas, double* sums) {
-  const int32_t none = static_cast<int32_t>(T - 1);
-  if (shards < 1 || bounds[0] < 0 || bounds[shards] > n) return -1;
-  for (int64_t s = 0; s < shards; ++s)
-    if (bounds[s] > bounds[s + 1]) return -1;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
-  // Every row index checked before anything is written, on the team: a pass over all the examples
-  int64_t bad = 0;
-#pragma omp parallel for num_threads(team) reduction(| : bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = i * w; j < (i + 1) * w; ++j) bad |= ctx[j] < 0 || ctx[j] > none;
-    for (int64_t j = i * k1; j < (i + 1) * k1; ++j) bad |= tgt[j] < 0 || tgt[j] > none;
-  }
-  if (bad) return -1;
-  if (static_cast<int>(copies.size()) < team) copies.resize(team);
+  if (!checked(ctx, w, tgt, k1, n, T, bounds, shards, team)) return -1;
+  if (static_cast<int>(copies.size()) < team) copies.resize(team), scratch.resize(team);
   std::vector<double> loss(shards, 0.0), count(shards, 0.0);
   std::vector<uint8_t> written(T - 1);  // whether a row of ``deltas`` holds a shard's delta yet
 #pragma omp parallel num_threads(team)
@@ -213,32 +256,18 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
     const int64_t r0 = (T - 1) * t / team, r1 = (T - 1) * (t + 1) / team;  // this thread's rows of the sum
     std::fill(written.begin() + r0, written.begin() + r1, 0);
     // Rounds of ``team`` shards, one a thread; after each, every thread adds the round's deltas (a copy less
-    // the snapshot) into its range of rows, shard by shard in shard order, the first shard's of a row written
-    // as if added to zero (no pass to zero every row first), the rows no shard touched zeroed at the end. So
-    // a rank holds a round's copies, not every shard's.
+    // the snapshot) into its range of rows, shard by shard in shard order, the rows no shard touched zeroed
+    // at the end. So a rank holds a round's copies, not every shard's.
     for (int64_t first = 0; first < shards; first += team) {
-      if (first + t < shards)
-        shard(sg, rows, T, d, alpha, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1], copies[t],
-              &loss[first + t], &count[first + t]);
-#pragma omp barrier
-      for (int64_t s = first; s < std::min(shards, first + team); ++s) {
-        const Copy& c = copies[s - first];
-        for (size_t e = 0; e < c.order.size(); ++e) {
-          const int64_t r = c.order[e];
-          if (r < r0 || r >= r1) continue;
-          const float* now = c.copy.data() + e * d;
-          const float* before = rows + r * d;
-          float* out = deltas + r * d;
-          if (written[r]) {
-#pragma omp simd
-            for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
-          } else {
-            written[r] = 1;
-#pragma omp simd
-            for (int64_t x = 0; x < d; ++x) out[x] = 0.f + (now[x] - before[x]);  // as += into a zero (-0 too)
-          }
-        }
+      if (first + t < shards) {
+        copies[t].begin(scratch[t], rows, T, d, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1]);
+        sgd(sg, d, alpha, w, k1, 0, bounds[first + t + 1] - bounds[first + t], copies[t], &loss[first + t],
+            &count[first + t]);
       }
+#pragma omp barrier
+      std::vector<const Copy*> round;
+      for (int64_t s = first; s < std::min(shards, first + team); ++s) round.push_back(&copies[s - first]);
+      add_deltas(round.data(), round.size(), rows, d, r0, r1, 0, 0, written.data(), deltas);
 #pragma omp barrier
     }
     for (int64_t r = r0; r < r1; ++r)
@@ -246,6 +275,124 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
   }
   sums[0] = sums[1] = 0.0;
   for (int64_t s = 0; s < shards; ++s) sums[0] += loss[s], sums[1] += count[s];
+  return 0;
+}
+
+// A super-step whose hot rows meet between sub-steps (hvd_w2v/training/hotsync.py): open, then for each
+// sub-step j in order ``substep`` (every shard's centres of sub-step j, then the hot rows' deltas since the
+// last sync) and ``sync`` (the combined hot rows, into every shard's copy), then ``close`` (the other rows'
+// deltas). The arguments of open are the one-call super-step's, but ``bounds`` holds ``parts`` sub-steps a
+// shard (shard s's sub-step j: centres [bounds[s parts + j], bounds[s parts + j + 1])) and the table rows
+// [hot_lo, hot_hi) are the hot rows. The arrays must live until close. Every shard's copy is held at once.
+// Each returns 0, or -1 with nothing written: open when an index or the bounds are wrong, the others when
+// called out of turn.
+int64_t hvd_w2v_local_sgd_open(int64_t sg, const float* rows, int64_t T, int64_t d, const int32_t* ctx, int64_t w,
+                               const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
+                               int64_t parts, int64_t hot_lo, int64_t hot_hi, int64_t threads) {
+  Session& S = session;
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
+  if (shards < 1 || parts < 1 || hot_lo < 0 || hot_lo > hot_hi || hot_hi > T - 1 ||
+      !checked(ctx, w, tgt, k1, n, T, bounds, shards * parts, team))
+    return -1;
+  S.sg = sg, S.T = T, S.d = d, S.w = w, S.k1 = k1, S.shards = shards, S.parts = parts, S.hot_lo = hot_lo;
+  S.hot_hi = hot_hi, S.team = team, S.rows = rows;
+  S.bounds.assign(bounds, bounds + shards * parts + 1);
+  const int64_t nh = hot_hi - hot_lo;
+  if (static_cast<int64_t>(S.copy.size()) < shards) S.copy.resize(shards);
+  if (static_cast<int>(scratch.size()) < team) scratch.resize(team);
+  S.hot_at.assign(shards * nh, -1);
+  S.touched.assign(shards * nh, 0);
+  S.base.assign(rows + hot_lo * d, rows + hot_hi * d);
+  S.loss.assign(shards, 0.0), S.count.assign(shards, 0.0);
+#pragma omp parallel for num_threads(team) schedule(dynamic)
+  for (int64_t s = 0; s < shards; ++s) {
+    Copy& c = S.copy[s];
+    c.begin(scratch[omp_get_thread_num()], rows, T, d, ctx, w, tgt, k1, S.bounds[s * parts],
+            S.bounds[(s + 1) * parts]);
+    for (size_t e = 0; e < c.order.size(); ++e)
+      if (c.order[e] >= hot_lo && c.order[e] < hot_hi) S.hot_at[s * nh + c.order[e] - hot_lo] = e;
+  }
+  return 0;
+}
+
+// Sub-step ``part`` on every shard, then ``hot`` float32[hot rows, d]: each hot row's deltas since the last
+// sync summed over the shards in shard order (zeros where none), and ``shards_touching`` float32[hot rows]: how
+// many shards' centres of this sub-step name it.
+int64_t hvd_w2v_local_sgd_substep(int64_t part, float alpha, float* hot, float* shards_touching) {
+  Session& S = session;
+  if (S.rows == nullptr || part < 0 || part >= S.parts) return -1;
+  const int64_t nh = S.hot_hi - S.hot_lo, d = S.d, w = S.w, k1 = S.k1;
+#pragma omp parallel num_threads(S.team)
+  {
+#pragma omp for schedule(dynamic)
+    for (int64_t s = 0; s < S.shards; ++s) {
+      const int64_t lo = S.bounds[s * S.parts], from = S.bounds[s * S.parts + part] - lo;
+      const int64_t to = S.bounds[s * S.parts + part + 1] - lo;
+      Copy& c = S.copy[s];
+      sgd(S.sg, d, alpha, w, k1, from, to, c, &S.loss[s], &S.count[s]);
+      uint8_t* mark = S.touched.data() + s * nh;
+      std::fill(mark, mark + nh, 0);
+      auto name = [&](int32_t p) {
+        if (p >= 0 && c.order[p] >= S.hot_lo && c.order[p] < S.hot_hi) mark[c.order[p] - S.hot_lo] = 1;
+      };
+      for (int64_t j = from * w; j < to * w; ++j) name(c.ctx[j]);
+      for (int64_t j = from * k1; j < to * k1; ++j) name(c.tgt[j]);
+    }
+    const int t = omp_get_thread_num();
+    const int64_t h0 = nh * t / S.team, h1 = nh * (t + 1) / S.team;
+    for (int64_t h = h0; h < h1; ++h) {
+      float* out = hot + h * d;
+      const float* before = S.base.data() + h * d;
+      std::fill(out, out + d, 0.f);
+      float m = 0.f;
+      for (int64_t s = 0; s < S.shards; ++s) {
+        if (!S.touched[s * nh + h]) continue;
+        const float* now = S.copy[s].copy.data() + static_cast<int64_t>(S.hot_at[s * nh + h]) * d;
+#pragma omp simd
+        for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
+        m += 1.f;
+      }
+      shards_touching[h] = m;
+    }
+  }
+  return 0;
+}
+
+// The hot rows as combined over every shard (float32[hot rows, d]), into every copy that holds them.
+int64_t hvd_w2v_local_sgd_sync(const float* hot) {
+  Session& S = session;
+  if (S.rows == nullptr) return -1;
+  const int64_t nh = S.hot_hi - S.hot_lo, d = S.d;
+  std::copy(hot, hot + nh * d, S.base.begin());
+#pragma omp parallel for num_threads(S.team) schedule(static)
+  for (int64_t s = 0; s < S.shards; ++s)
+    for (int64_t h = 0; h < nh; ++h) {
+      const int32_t p = S.hot_at[s * nh + h];
+      if (p >= 0) std::copy(hot + h * d, hot + (h + 1) * d, S.copy[s].copy.data() + static_cast<int64_t>(p) * d);
+    }
+  return 0;
+}
+
+// The super-step's end: deltas float32[T - 1, d] as the one-call super-step's for every row but the hot ones
+// (zeros: the syncs carried them), and sums[0] the loss, sums[1] the count over all sub-steps. Ends the session.
+int64_t hvd_w2v_local_sgd_close(float* deltas, double* sums) {
+  Session& S = session;
+  if (S.rows == nullptr) return -1;
+  const int64_t T = S.T, d = S.d;
+  std::vector<uint8_t> written(T - 1);
+  std::vector<const Copy*> all;
+  for (int64_t s = 0; s < S.shards; ++s) all.push_back(&S.copy[s]);
+#pragma omp parallel num_threads(S.team)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t r0 = (T - 1) * t / S.team, r1 = (T - 1) * (t + 1) / S.team;
+    add_deltas(all.data(), all.size(), S.rows, d, r0, r1, S.hot_lo, S.hot_hi, written.data(), deltas);
+    for (int64_t r = r0; r < r1; ++r)
+      if (!written[r]) std::fill(deltas + r * d, deltas + (r + 1) * d, 0.f);
+  }
+  sums[0] = sums[1] = 0.0;
+  for (int64_t s = 0; s < S.shards; ++s) sums[0] += S.loss[s], sums[1] += S.count[s];
+  S.rows = nullptr;
   return 0;
 }
 

@@ -480,7 +480,10 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
 
 # -- shard-local SGD's super-step (localsgd_kernel.cc) -------------------------------------------------------
 
-LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P]}
+LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P],
+                   "hvd_w2v_local_sgd_open": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64, I64, I64],
+                   "hvd_w2v_local_sgd_substep": [I64, F32, P, P], "hvd_w2v_local_sgd_sync": [P],
+                   "hvd_w2v_local_sgd_close": [P, P]}
 
 
 def local_sgd_kernel():
@@ -513,6 +516,52 @@ def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1):
                              threads, deltas.ctypes.data, sums):
         raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}) and its bounds increase within the centres")
     return deltas, sums[0], sums[1]
+
+
+class LocalSession:
+    """A super-step of shard-local SGD whose hot rows meet between sub-steps, compiled (localsgd_kernel.cc's
+    session; hvd_w2v.training.hotsync): ``rows``, ``ctx``, ``tgt`` as :func:`local_sgd`'s, ``bounds`` with
+    ``parts`` sub-steps a shard (shard s's sub-step j: centres ``[bounds[s parts + j], bounds[s parts + j + 1])``),
+    the table rows ``[hot_lo, hot_hi)`` the hot ones. Call :meth:`substep` then :meth:`sync` for each sub-step
+    in order, then :meth:`close`. One session at a time in a process (the library holds it); every shard's copy
+    of its rows is held from here to close."""
+
+    def __init__(self, lib, sg, rows, ctx, tgt, bounds, parts, hot_lo, hot_hi, threads=1):
+        bounds = _shard_blocks(len(rows), ctx, tgt, bounds)
+        if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
+            raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
+        self.lib, self.keep, self.hot = lib, (rows, ctx, tgt, bounds), (hot_lo, hot_hi)
+        shards = (len(bounds) - 1) // parts
+        if shards * parts + 1 != len(bounds) or lib.hvd_w2v_local_sgd_open(
+                int(sg), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1], tgt.ctypes.data,
+                tgt.shape[1], len(ctx), bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
+            raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}), its bounds increase within the centres "
+                             f"({parts} a shard) and its hot rows lie in the table")
+
+    def substep(self, part, alpha):
+        """Every shard's sub-step ``part``; returns (the hot rows' deltas since the last sync, summed over the
+        shards, float32[hot, d]; how many shards' centres of the sub-step name each, float32[hot])."""
+        hot = np.empty((self.hot[1] - self.hot[0], self.keep[0].shape[1]), np.float32)
+        touching = np.empty(len(hot), np.float32)
+        if self.lib.hvd_w2v_local_sgd_substep(part, alpha, hot.ctypes.data, touching.ctypes.data):
+            raise RuntimeError(f"local SGD's sub-step {part} called out of turn")
+        return hot, touching
+
+    def sync(self, hot):
+        """The combined hot rows (float32[hot, d]) into every shard's copy."""
+        hot = np.ascontiguousarray(hot, np.float32)
+        assert hot.shape == (self.hot[1] - self.hot[0], self.keep[0].shape[1])
+        if self.lib.hvd_w2v_local_sgd_sync(hot.ctypes.data):
+            raise RuntimeError("local SGD's sync called out of turn")
+
+    def close(self):
+        """(deltas float32[T - 1, d] of the other rows, summed over the shards, the hot rows zero; loss; count)."""
+        rows = self.keep[0]
+        deltas = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
+        sums = (ctypes.c_double * 2)()
+        if self.lib.hvd_w2v_local_sgd_close(deltas.ctypes.data, sums):
+            raise RuntimeError("local SGD's close called out of turn")
+        return deltas, sums[0], sums[1]
 
 
 # -- the text passes (text_kernel.cc) -----------------------------------------------------------------------

@@ -264,8 +264,12 @@ _COMM = None
 # (`python -m hvd_w2v.bench.settings`, the HOROVOD_CYCLE_TIME rows; figures in hvd_w2v/bench/README.md,
 # "The speed defaults"). hvd-w2v calls Horovod a few times a run (the loss reports are MPI's: loop.Reports); a Horovod
 # call waits up to a cycle, so --hot-rows, one call a step, keeps 50 ms. A value set by the user wins.
+# With the hot rows merged inside the super-step (hotsync), Horovod is called several times a super-step
+# and each call waits for its cycle, so a short one (`python -m hvd_w2v.bench.throughput --variant ...` with
+# $HOROVOD_CYCLE_TIME; hvd_w2v/bench/README.md, "Hot rows merged inside the super-step").
 HOROVOD_CYCLE_MS = 250
 HOT_ROWS_CYCLE_MS = 50
+HOT_INSIDE_CYCLE_MS = 2
 
 
 def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):

@@ -14,7 +14,8 @@ positions or more, so the counts hold for a cluster's corpus however small this 
 
 Time per super-step = compute + gather + scatter + allreduce, with the exact planner's network model
 (plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
-allreduce), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
+allreduce, Horovod's: 2 (P - 1) / P of its bytes and 2 (P - 1) latencies, once a super-step or, with --substep
+K, ceil(S / K) times: hotsync), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
 the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
 the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here for its T x S
 positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
@@ -241,20 +242,24 @@ def measure_alone(corpus, cfg, network, exact_compute=None, exact_around=None, e
         f"{w:,.0f} by {h.split(',')[0]}" for w, h in found) + ")"
 
 
-def memory_bytes(step, dim):
+def memory_bytes(step, dim, parts=1):
     """Bytes a node moves to and from memory in a super-step of ``step`` (its StepPlan): each shard copies the
     rows it touches into its private copy and writes their deltas out (2 x 4 dim B a row a shard: ``step.sgd``
     counts the shards touching each row), and the owner reads the rows it serves and reads and writes those it
-    adds into (3 x 4 dim B a row, every node serving as many rows as it asks for). A shard's SGD itself runs
-    on its private copy, which a super-step's rows keep in the core's caches."""
-    return 4 * dim * (2 * float(step.sgd.sum()) + 3 * len(step.keys))
+    adds into (3 x 4 dim B a row, every node serving as many rows as it asks for). With the hot rows merged
+    ``parts`` times a super-step (hotsync), each merge reads every shard's hot rows and writes them back (2 x 4
+    dim B a hot row a shard, a merge past the super-step's own). A shard's SGD itself runs on its private
+    copy, which a super-step's rows keep in the core's caches."""
+    hot = float(step.sgd[step.cold:].sum()) if parts > 1 else 0.0
+    return 4 * dim * (2 * float(step.sgd.sum()) + 3 * len(step.keys) + 2 * (parts - 1) * hot)
 
 
 def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, other=(0.0, 0.0),
             memory_bandwidth=math.inf):
     """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
-    each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds, the hot
-    block's bytes a node sends into the allreduce each super-step, the node's memory traffic, words/s. The
+    each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds (the hot
+    block's, once a super-step or, with ``cfg.substep``, every substep positions: hotsync), the hot block's
+    bytes a node sends into each allreduce, the node's memory traffic, words/s. The
     next super-step's examples and table (``other[0]``: :func:`measure_prepare`) are built while the exchange
     waits (loop.Ahead.fill), so they add only what the exchange does not cover. The compute takes at least
     the node's memory traffic (:func:`memory_bytes`) at ``memory_bandwidth`` (bytes/s): the T threads of a
@@ -264,7 +269,8 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     n_hot = min(hot, corpus.vocab.size)
     placed = [(at, node) for at in (samples or [0]) for node in sampled_nodes(nodes)]
     steps = [node_step(corpus, cfg, nodes, threads, n_hot, node, at) for at, node in placed]
-    moved = float(np.mean([memory_bytes(step, cfg.dim) for step in steps]))
+    parts = -(-cfg.superstep // cfg.substep) if cfg.substep and n_hot else 1  # the hot rows' merges (hotsync)
+    moved = float(np.mean([memory_bytes(step, cfg.dim, parts) for step in steps]))
     compute = max(cfg.superstep * per_position + rows_work, moved / memory_bandwidth)
     block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
     figures = dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block)
@@ -280,7 +286,7 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
         traffic.append(plan.Traffic(plan.KEY_BYTES * remote, row, row, remote, remote, peers, peers))
     gather = float(np.mean([network.gather(t, nodes) for t in traffic]))
     scatter = float(np.mean([network.scatter(t) for t in traffic]))
-    reduce = network.allreduce(block, nodes)
+    reduce = parts * network.allreduce(block, nodes)  # Horovod's ring, once a merge
     sent = float(np.mean([t.sent[0] for t in traffic]))
     step = compute + max(gather + scatter, prepare) + reduce
     positions = nodes * threads * cfg.superstep
@@ -303,7 +309,7 @@ def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
                           False).words_per_second
 
 
-COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "hot KiB", "B/word", "SGD ms", "prepare ms", "rows ms", "gather ms",
+COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "K", "hot KiB", "B/word", "SGD ms", "prepare ms", "rows ms", "gather ms",
            "scatter ms", "allreduce ms", "mem GB/s", "words/s", "of 1 node", "per core", "of 1 thread",
            "exact words/s"]
 
@@ -317,6 +323,9 @@ def main(argv=None):
                    help="positions per shard per super-step S, comma-separated; auto: train's default for the "
                         "row's V = P x T, config.superstep_for (default: %(default)s)")
     p.add_argument("--hot-rows", default="0", help="hot-row counts H, comma-separated (default: %(default)s)")
+    p.add_argument("--substep", default="auto",
+                   help="with hot rows: positions of each shard between their merges K, comma-separated (train's "
+                        "--substep; auto: once a super-step; default: %(default)s)")
     p.add_argument("--bandwidth", default="25,100", help="Gb/s per node, comma-separated (default: %(default)s)")
     p.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
     p.add_argument("--samples", type=int, default=2, help="super-steps sampled per row (default: %(default)s)")
@@ -336,6 +345,7 @@ def main(argv=None):
     try:
         nodes, hot = plan._ints(args.nodes, "--nodes"), plan._ints(args.hot_rows, "--hot-rows", low=0)
         supersteps = [s if s == "auto" else plan._ints(s, "--superstep")[0] for s in args.superstep.split(",")]
+        substeps = [None if k == "auto" else plan._ints(k, "--substep")[0] for k in args.substep.split(",")]
         bandwidths = [float(b) for b in args.bandwidth.split(",")]
         if args.node_threads is None:
             args.node_threads = min(args.threads, len(os.sched_getaffinity(0)))
@@ -382,12 +392,13 @@ def main(argv=None):
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
                                                     args.exact_steps, exact_around) if exact_compute else float("nan")
                     exact = exacts[gbps, n]
-                    for h in hot:
+                    for h, k in [(h, k) for h in hot for k in (substeps if h else [None])]:
                         t0 = time.monotonic()
-                        r = project(corpus, c, n, args.threads, h, network, per_position, range(args.samples),
-                                    other, memory)
+                        k = k if k and k < s else None
+                        r = project(corpus, replace(c, substep=k), n, args.threads, h, network, per_position,
+                                    range(args.samples), other, memory)
                         rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
-                                     f"{h:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}",
+                                     f"{h:,}", f"{k or s:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}",
                                      f"{(r['compute'] - other[1]) * 1e3:,.2f}", f"{other[0] * 1e3:,.2f}",
                                      f"{other[1] * 1e3:,.2f}",
                                      f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",

@@ -288,7 +288,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     the shard it runs until its round's sum, at most a shard's slots or 2V + 1 rows, that shard's examples
     renumbered into the copy (int32, a shard's slots) and the place of every table row in it (int32, U;
     localsgd_kernel.cc); an owner's index of the entries it adds (int64, U, over all its threads); with
-    ``merge_clip``, the chains of each row's entries it sums.
+    ``merge_clip``, the chains of each row's entries it sums. With the hot rows merged inside the super-step
+    (hotsync), every hosted shard's copy at once.
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
     centres = step_centres(cfg, ranks, positions)
@@ -305,10 +306,13 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
         per_slot = SHARD_BYTES_PER_SLOT + (SHARD_BYTES_PER_SLOT_RANKS if ranks > 1 else 0)
         tables = SHARD_UNIQUE_COPIES * unique
         places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
-        running = min(threads, hosted)
-        copies = running * min(min(cfg.superstep, centres) * per_centre, 2 * vocab_size + 1)
+        # hotsync holds every hosted shard's copy from the super-step's start to its end, and per shard the
+        # place (int32) and a mark (uint8) of every hot row, and the hot rows twice (as synced, and summed)
+        running = hosted if cfg.hot_inside else min(threads, hosted)
+        hot = 2 * min(cfg.hot_rows, vocab_size) if cfg.hot_inside else 0
+        copies = running * min(min(cfg.superstep, centres) * per_centre, 2 * vocab_size + 1) + 2 * hot
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
-        places += 4 * running * unique  # each running shard's place of every table row (int32)
+        places += 4 * min(threads, hosted) * unique + 5 * hosted * hot  # a thread's place of every table row
     else:
         per_slot, tables = STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT, STEP_UNIQUE_COPIES * unique
         copies, places = STEP_SLOT_COPIES * slots + (threads - 1) * unique, 0

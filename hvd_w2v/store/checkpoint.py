@@ -53,11 +53,12 @@ POLL_STEPS = 5
 # Config fields a resume must share with the checkpoint: each changes the step schedule, the random draws or
 # the update rule, so a run resumed with another value would be neither this run nor a fresh one. The
 # vocabulary (min_count, max_vocab_size, the corpus) is checked through its sha256 and the stream length;
-# hot_rows may differ (it changes only the order of float32 sums). A manifest without a field (one written
+# hot_rows may differ (it changes only the order of float32 sums) unless the hot rows merge inside the
+# super-step (a substep: hotsync), where it is a part of the rule. A manifest without a field (one written
 # before the field existed) had its default.
 EXACT = ("dim", "seed", "window", "negative", "sample", "batch_words", "epochs", "alpha", "min_alpha", "sg",
-         "update_cap", "span", "shards", "superstep", "merge_cap", "merge_clip", "wire")
-SHARDS_ONLY = ("superstep", "merge_cap", "merge_clip", "wire")  # the fields of EXACT only shard-local SGD reads
+         "update_cap", "span", "shards", "superstep", "substep", "merge_cap", "merge_clip", "wire")
+SHARDS_ONLY = ("superstep", "substep", "merge_cap", "merge_clip", "wire")  # the fields only shard-local SGD reads
 CHUNK = 1 << 24  # bytes written or hashed per call: bounds the extra memory of a checkpoint
 NAME = re.compile(r"^step-(\d{9})$")
 
@@ -309,7 +310,7 @@ def check_settings(folder, m, cfg):
                         f"{VERSION}")
     # An older manifest's missing fields are what that version ran: the exact step's defaults on one host.
     now, before = cfg.to_dict(), {**type(cfg)().settled(1, 1).to_dict(), **m["config"]}
-    for field in EXACT:
+    for field in EXACT + (("hot_rows",) if now["substep"] or before.get("substep") else ()):
         if field in SHARDS_ONLY and not now["shards"] and not before.get("shards"):
             continue  # the exact step has no super-steps nor merge
         if before.get(field) != now[field]:

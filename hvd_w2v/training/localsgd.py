@@ -83,6 +83,8 @@ class LocalSGD:
     """The shard-local SGD rule (loop.ExactStep's interface): ``prepare``, ``empty_rows``, ``maths``,
     ``apply``, ``describe``."""
 
+    hot_inside = False  # the loop merges the hot rows' deltas at the super-step's end (hotsync.HotSync: inside)
+
     @staticmethod
     def check_layout(cfg, ranks):
         """UserError unless every rank hosts at least one of ``cfg.shards``."""
@@ -90,12 +92,12 @@ class LocalSGD:
             raise UserError(f"--shards {cfg.shards} on {ranks} ranks: every rank hosts at least one shard; use "
                             f"--shards {ranks} or more (a multiple of ranks x threads keeps every thread busy)")
 
-    def __init__(self, cfg, vocab, stream, plan, n_hot, rank, threads):
+    def __init__(self, cfg, vocab, stream, plan, hot, rank, threads):
         self.check_layout(cfg, plan.ranks)
         self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
         self.lib = native.local_sgd_kernel()
         self.apply = merge_rule(cfg, threads)
-        self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads)
+        self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, hot.n, done, rank, threads)
 
     @staticmethod
     def empty_rows(table, dim):
@@ -150,31 +152,40 @@ def reference(sg, rows, ctx, tgt, bounds, alpha):
     loss = count = 0.0
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         mine = rows.copy()
-        for i in range(lo, hi):
-            cs = [c for c in ctx[i] if c != none]
-            ts = [t for k, t in enumerate(tgt[i]) if t != none and (k == 0 or t != tgt[i][0])]
-            labels = [1.0] + [0.0] * (len(ts) - 1)  # the centre, then its noise words
-            if sg:
-                inputs = [(mine[c], [c]) for c in cs]
-            elif cs:
-                inputs = [(mine[cs].mean(axis=0, dtype=np.float32), cs)]
-            else:
-                inputs = []
-            for l1, into in inputs:
-                work = np.zeros(rows.shape[1], np.float32)
-                fs = [np.float32(np.dot(l1, mine[t])) for t in ts]  # every dot product before the updates
-                for t, label, f in zip(ts, labels, fs):
-                    sig = np.float32(1 / (1 + np.exp(-np.float64(f))))
-                    loss += -np.log(sig if label else 1 - sig)
-                    g = np.float32((label - sig) * alpha)
-                    work += g * mine[t]
-                    mine[t] += g * l1
-                for c in into:
-                    mine[c] += work
-                count += 1
+        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha)
+        loss, count = loss + shard_loss, count + shard_count
         touched = np.zeros(len(rows), bool)
         touched[ctx[lo:hi].ravel()] = touched[tgt[lo:hi].ravel()] = True
         touched = np.flatnonzero(touched[:none])
         deltas[touched] += mine[touched] - rows[touched]
     return deltas, loss, count
 
+
+def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha):
+    """word2vec.c's SGD over the centres ``[lo, hi)`` in order, on the table ``mine`` (float32[T, d], row T - 1
+    "no context word"), in place; returns (loss, count)."""
+    none = len(mine) - 1
+    loss = count = 0.0
+    for i in range(lo, hi):
+        cs = [c for c in ctx[i] if c != none]
+        ts = [t for k, t in enumerate(tgt[i]) if t != none and (k == 0 or t != tgt[i][0])]
+        labels = [1.0] + [0.0] * (len(ts) - 1)  # the centre, then its noise words
+        if sg:
+            inputs = [(mine[c], [c]) for c in cs]
+        elif cs:
+            inputs = [(mine[cs].mean(axis=0, dtype=np.float32), cs)]
+        else:
+            inputs = []
+        for l1, into in inputs:
+            work = np.zeros(mine.shape[1], np.float32)
+            fs = [np.float32(np.dot(l1, mine[t])) for t in ts]  # every dot product before the updates
+            for t, label, f in zip(ts, labels, fs):
+                sig = np.float32(1 / (1 + np.exp(-np.float64(f))))
+                loss += -np.log(sig if label else 1 - sig)
+                g = np.float32((label - sig) * alpha)
+                work += g * mine[t]
+                mine[t] += g * l1
+            for c in into:
+                mine[c] += work
+            count += 1
+    return loss, count

@@ -87,8 +87,8 @@ class ShardedModel:
 def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule=None):
     """Train on ``stream`` with every rank; returns (ShardedModel, stats dict). Collective.
 
-    ``rule`` is the step rule, a class built as ``rule(cfg, vocab, stream, plan, n_hot, rank, threads)``:
-    :class:`ExactStep` (the default) or localsgd.LocalSGD; the loop, the exchange, the hot rows, the reports
+    ``rule`` is the step rule, a class built as ``rule(cfg, vocab, stream, plan, hot, rank, threads)`` (``hot``:
+    the exchange.HotRows): :class:`ExactStep` (the default), localsgd.LocalSGD or hotsync.HotSync; the loop, the exchange, the hot rows, the reports
     and the checkpoints are the same for both. ``resume`` (a checkpoint.Loaded: ``step``, this rank's
     interleaved ``rows``) starts after that many global steps from those rows instead of from scratch.
     ``saver`` (a checkpoint.Saver), when given, is told of every finished step but the last and may write a
@@ -103,7 +103,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
     first = resume.step if resume else 0  # global steps already done
     hot = HotRows(comm, model, min(cfg.hot_rows, vocab.size))
     exchange = Exchange(comm, plan, model.table, wire.of(cfg.wire, comm.threads))
-    rule = (rule or ExactStep)(cfg, vocab, stream, plan, hot.n, comm.rank, comm.threads)
+    rule = (rule or ExactStep)(cfg, vocab, stream, plan, hot, comm.rank, comm.threads)
     steps = cfg.steps_per_epoch(len(stream))
     total_steps = steps * cfg.epochs
     log(comm, f"train: {'skip-gram' if cfg.sg else 'CBOW'}, {plan}, {total_steps:,} {rule.describe()}, hot rows "
@@ -164,6 +164,8 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
     stats["seconds"] = time.monotonic() - start
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
+    # Horovod's share: the hot block's allreduces (rank 0's count and bytes, every rank's mean seconds)
+    stats["horovod"] = dict(calls=hot.calls, bytes=hot.bytes, seconds=comm.allreduce(hot.seconds) / comm.size)
     stats["stream_read"] = comm.allgather(stream.bytes_read)  # mpi4py: the id stream's bytes each rank read
     return model, stats
 
@@ -173,19 +175,21 @@ class ExactStep:
     capped (CappedAdd, ``cfg.update_cap``); ``cfg.batch_words`` positions a step, shared out over the ranks.
     What :func:`train` asks of a rule: ``prepare(done)`` (this rank's StepPlan of global step ``done``),
     ``empty_rows(table, dim)`` and ``maths(rows, step, alpha) -> (updates, loss, count)``, ``apply`` (the
-    owners' add) and ``describe()``."""
+    owners' add), ``hot_inside`` (whether its maths merges the hot rows itself) and ``describe()``."""
+
+    hot_inside = False
 
     @staticmethod
     def check_layout(cfg, ranks):
         """Any layout runs the exact step (localsgd.LocalSGD.check_layout refuses some)."""
 
-    def __init__(self, cfg, vocab, stream, plan, n_hot, rank, threads):
+    def __init__(self, cfg, vocab, stream, plan, hot, rank, threads):
         from . import sgns
 
         self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads)
         self.apply = CappedAdd(float(cfg.update_cap), threads)
         self.empty_rows = self.fn.empty_rows
-        self.prepare = lambda done: prepare_step(stream, vocab, cfg, plan, n_hot, self.fn.groups, done, rank,
+        self.prepare = lambda done: prepare_step(stream, vocab, cfg, plan, hot.n, self.fn.groups, done, rank,
                                                  threads)
 
     def maths(self, rows, step, alpha):
@@ -397,15 +401,17 @@ def _step(exchange, hot, rule, step, ahead, route, alpha, stats):
     if cold < len(keys):
         rows[cold:len(keys)] = hot.rows[keys[cold:]]
     rows[len(keys):] = 0  # padding; the last row stands for "no context word"
-    t1 = time.monotonic()
+    t1, horovod = time.monotonic(), hot.seconds
 
-    updates, loss, pairs = rule.maths(rows, step, np.float32(alpha))
+    updates, loss, pairs = rule.maths(rows, step, np.float32(alpha))  # hotsync's merges the hot rows inside
 
-    t2 = time.monotonic()
+    t2, horovod = time.monotonic(), hot.seconds - horovod
     route = exchange.scatter(route, updates[:cold], rule.apply, ask, asked_next, ahead.fill)
-    hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], rule.apply)
-    # Steps prepared while waiting are the loop's work, not the exchange's.
-    stats["exchange_seconds"] += (t1 - t0) + (time.monotonic() - t2) - (ahead.seconds - ahead0)
+    if not rule.hot_inside:
+        hot.apply(keys[cold:], updates[cold:len(keys)], step.sgd[cold:], rule.apply)
+    # Steps prepared while waiting are the loop's work, not the exchange's; the hot rows' merges inside the
+    # maths are the exchange's.
+    stats["exchange_seconds"] += (t1 - t0) + horovod + (time.monotonic() - t2) - (ahead.seconds - ahead0)
     return float(loss), float(pairs), route
 
 

@@ -1,0 +1,117 @@
+"""Hot rows merged inside the super-step (--substep with --shards and --hot-rows): the compiled session
+against its numpy reference, the same bytes on any thread count, one sub-step being localsgd's super-step,
+and the sub-steps cut by positions. The layouts' equality runs in test_localsgd (its ARCH merge inside)."""
+import numpy as np
+import pytest
+
+from hvd_w2v.common.config import Config
+from hvd_w2v.common.errors import UserError
+from hvd_w2v.kernels import native
+from hvd_w2v.training import hotsync
+from test_localsgd import KERNEL_ATOL, problem
+
+ALPHA = np.float32(0.05)
+
+
+def segments_of(bounds, parts, seed):
+    """Each shard of ``bounds`` cut into ``parts`` sub-steps at random (some empty)."""
+    g = np.random.default_rng(seed)
+    out = [0]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        out += sorted(g.integers(lo, hi + 1, parts - 1).tolist()) + [hi]
+    return np.array(out, np.int64)
+
+
+def run(session, parts, merge):
+    """The session's sub-steps, each merged by ``merge(base, deltas, touching)``; returns what it saw."""
+    base, seen = session_base(session), []
+    for part in range(parts):
+        hot, touching = session.substep(part, ALPHA)
+        seen.append((hot.copy(), touching.copy()))
+        base = merge(base, hot, touching)
+        session.sync(base)
+    return seen, session.close()
+
+
+def session_base(session):
+    rows = session.keep[0] if hasattr(session, "keep") else session.rows
+    lo, hi = session.hot
+    return rows[lo:hi].copy()
+
+
+def halved(base, hot, touching):
+    """A merge unlike the sum, so that a sync that does not reach the copies shows."""
+    return base + 0.5 * hot
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["sg", "cbow"])
+def test_the_session_is_its_reference_and_the_same_bytes_on_any_thread_count(sg):
+    lib = native.local_sgd_kernel()
+    assert lib is not None, native.unavailable("localsgd_kernel")
+    rows, ctx, tgt, bounds = problem(2, sg, shards=4, n=80, rows=120)
+    parts, hot = 3, (10, 40)  # ids 5..19 of both matrices
+    segments = segments_of(bounds, parts, 3)
+    want_seen, (want, want_loss, want_count) = run(
+        hotsync.Reference(sg, rows, ctx, tgt, segments, parts, *hot), parts, halved)
+    got_seen, (got, loss, count) = run(
+        native.LocalSession(lib, sg, rows, ctx, tgt, segments, parts, *hot, threads=1), parts, halved)
+    assert np.abs(want[hot[0]:hot[1]]).max() == 0 and np.abs(want).max() > 1e-2  # hot rows travel in the syncs
+    for (want_hot, want_touching), (got_hot, got_touching) in zip(want_seen, got_seen):
+        assert (got_touching == want_touching).all() and np.abs(got_hot - want_hot).max() < KERNEL_ATOL
+    assert max(t.max() for _, t in got_seen) > 1  # shards share hot rows: the sums sum something
+    assert np.abs(got - want).max() < KERNEL_ATOL
+    assert count == want_count and loss == pytest.approx(want_loss, rel=1e-5)
+    for threads in (2, 3, 5):
+        seen, (again, loss2, count2) = run(
+            native.LocalSession(lib, sg, rows, ctx, tgt, segments, parts, *hot, threads=threads), parts, halved)
+        assert again.tobytes() == got.tobytes() and (loss2, count2) == (loss, count)
+        assert all(a.tobytes() == b.tobytes() for (a, _), (b, _) in zip(seen, got_seen))
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["sg", "cbow"])
+def test_one_sub_step_is_the_super_step_with_its_hot_rows_merged_at_the_end(sg):
+    lib = native.local_sgd_kernel()
+    rows, ctx, tgt, bounds = problem(4, sg, shards=3, n=60, rows=90)
+    hot = (0, 30)
+    whole, loss, count = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, ALPHA)
+    session = native.LocalSession(lib, sg, rows, ctx, tgt, bounds, 1, *hot)
+    hot_deltas, _ = session.substep(0, ALPHA)
+    session.sync(rows[hot[0]:hot[1]] + hot_deltas)
+    rest, loss1, count1 = session.close()
+    assert hot_deltas.tobytes() == whole[hot[0]:hot[1]].tobytes()
+    assert rest[hot[1]:].tobytes() == whole[hot[1]:].tobytes() and (loss1, count1) == (loss, count)
+
+
+def test_a_session_called_out_of_turn_or_with_rows_outside_the_table_is_refused():
+    lib = native.local_sgd_kernel()
+    rows, ctx, tgt, bounds = problem(5, True)
+    with pytest.raises(IndexError, match="hot rows lie in the table"):
+        native.LocalSession(lib, True, rows, ctx, tgt, bounds, 1, 10, len(rows))
+    with pytest.raises(IndexError):
+        native.LocalSession(lib, True, rows, ctx, tgt, bounds, 2, 0, 10)  # 3 shards' bounds are not 2 parts each
+    session = native.LocalSession(lib, True, rows, ctx, tgt, bounds, 1, 0, 10)
+    with pytest.raises(RuntimeError, match="out of turn"):
+        session.substep(1, ALPHA)
+    session.close()
+    with pytest.raises(RuntimeError, match="out of turn"):
+        session.close()
+
+
+def test_the_sub_steps_are_cut_by_positions_and_asked_for_with_hot_rows_and_shards():
+    from hvd_w2v.parallel.shard import RowPlan
+    from hvd_w2v.training import localsgd
+    from test_batches import zipf_stream, zipf_vocab
+
+    vocab, stream = zipf_vocab(300, 1e-3), zipf_stream(3_000, 300, seed=1)
+    cfg = Config(shards=3, superstep=50, substep=20, hot_rows=10).settled(1, 1)
+    plan = RowPlan(vocab.size, 1)
+    step = hotsync.prepare_substeps(stream, vocab, cfg, plan, 10, 1, 0)
+    whole = localsgd.prepare_superstep(stream, vocab, cfg, plan, 10, 1, 0)
+    assert hotsync.parts(cfg) == 3 and len(step.segments) == 3 * 3 + 1
+    assert (step.segments[::3] == whole.bounds).all() and (step.keys == whole.keys).all()
+    assert (step.sgd == whole.sgd).all()  # the merge's shard counts are the super-step's
+    with pytest.raises(UserError, match="give --hot-rows"):
+        Config(shards=3, substep=20).settled(1, 1)
+    with pytest.raises(UserError, match="shard-local SGD's"):
+        Config(shards=0, substep=20, hot_rows=10).settled(1, 1)
+    assert Config(shards=3, superstep=50, substep=80, hot_rows=10).settled(1, 1).substep is None  # localsgd's
