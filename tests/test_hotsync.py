@@ -115,3 +115,21 @@ def test_the_sub_steps_are_cut_by_positions_and_asked_for_with_hot_rows_and_shar
     with pytest.raises(UserError, match="shard-local SGD's"):
         Config(shards=0, substep=20, hot_rows=10).settled(1, 1)
     assert Config(shards=3, superstep=50, substep=80, hot_rows=10).settled(1, 1).substep is None  # localsgd's
+
+
+def test_the_memory_plan_holds_every_hosted_shard_s_copy_with_a_substep():
+    """localsgd holds a copy a thread; with the hot rows merged inside the super-step every hosted shard's copy
+    lives from its start to its end, and the hot rows' places and marks a shard beside them."""
+    from hvd_w2v.planning import memory
+
+    base = Config(shards=16, superstep=256, hot_rows=100).settled(2, 2)
+    inside = Config(shards=16, superstep=256, hot_rows=100, substep=64).settled(2, 2)
+    assert not base.hot_inside and inside.hot_inside
+    vocab, dim = 50_000, base.dim
+    copy = 256 * (2 * base.window + 1 + base.negative)  # a shard's slots: its rows at most
+    hosted = 8  # 16 shards on 2 ranks
+    grown = memory.step_bytes(inside, vocab, 2, 2) - memory.step_bytes(base, vocab, 2, 2)
+    copies = 4 * dim * ((hosted - 2) * copy + 2 * 200)  # 6 more copies, and the hot rows twice (2H = 200 rows)
+    marks = 5 * hosted * 200  # a shard's place (int32) and mark (uint8) of every hot row
+    examples = 4 * (hosted - 2) * 256 * (2 * base.window + 1 + base.negative)  # the 6 more renumbered examples
+    assert grown == pytest.approx(copies + marks + examples, abs=1)

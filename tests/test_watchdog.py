@@ -32,7 +32,7 @@ from hvd_w2v.parallel import watchdog
 from hvd_w2v.synthetic import generate
 from test_checkpoint import vectors
 
-LIMIT = 15  # --stall-timeout in these tests: above any healthy wait of a 2-rank job on 2 shared cores
+LIMIT = 10  # --stall-timeout in these tests: above any healthy wait of a 2-rank job on 2 shared cores (a few s)
 BOUND = 150  # seconds: a whole launch, start to end
 WITHIN = LIMIT + 30  # the bound, from the stop to the end of the job
 # 100,000 tokens, 1,875 words of 16 dimensions; 256-position steps, 409 an epoch: training lasts 5-10 s.
