@@ -23,13 +23,15 @@ def segments_of(bounds, parts, seed):
 
 
 def run(session, parts, merge):
-    """The session's sub-steps, each merged by ``merge(base, deltas, touching)``; returns what it saw."""
+    """The session's sub-steps, each merged by ``merge(base, deltas, touching)`` and the rows some shard
+    touched synced; returns what it saw."""
     base, seen = session_base(session), []
     for part in range(parts):
         hot, touching = session.substep(part, ALPHA)
         seen.append((hot.copy(), touching.copy()))
         base = merge(base, hot, touching)
-        session.sync(base)
+        which = np.flatnonzero(touching)
+        session.sync(base[which], which)
     return seen, session.close()
 
 
@@ -76,7 +78,7 @@ def test_one_sub_step_is_the_super_step_with_its_hot_rows_merged_at_the_end(sg):
     whole, loss, count = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, ALPHA)
     session = native.LocalSession(lib, sg, rows, ctx, tgt, bounds, 1, *hot)
     hot_deltas, _ = session.substep(0, ALPHA)
-    session.sync(rows[hot[0]:hot[1]] + hot_deltas)
+    session.sync(rows[hot[0]:hot[1]] + hot_deltas, np.arange(hot[1] - hot[0]))
     rest, loss1, count1 = session.close()
     assert hot_deltas.tobytes() == whole[hot[0]:hot[1]].tobytes()
     assert rest[hot[1]:].tobytes() == whole[hot[1]:].tobytes() and (loss1, count1) == (loss, count)
@@ -92,6 +94,8 @@ def test_a_session_called_out_of_turn_or_with_rows_outside_the_table_is_refused(
     session = native.LocalSession(lib, True, rows, ctx, tgt, bounds, 1, 0, 10)
     with pytest.raises(RuntimeError, match="out of turn"):
         session.substep(1, ALPHA)
+    with pytest.raises(RuntimeError, match="outside the hot ones"):
+        session.sync(rows[:2], [3, 10])
     session.close()
     with pytest.raises(RuntimeError, match="out of turn"):
         session.close()

@@ -232,7 +232,13 @@ struct Session {
   std::vector<Copy> copy;  // a shard's
   std::vector<int32_t> hot_at;  // [shards, hot rows]: the place of each hot row in a shard's copy, or -1
   std::vector<uint8_t> touched;  // [shards, hot rows]: whether the sub-step's centres name it
-  std::vector<float> base;  // [hot rows, d]: the hot rows as every shard's copy holds them since the last sync
+  std::vector<std::vector<int32_t>> named;  // a shard's: the hot rows its sub-step's centres name
+  std::vector<float> base;  // [hot rows, d]: the hot rows as last merged (the snapshot's before the first sync)
+  // A shard's copy of a hot row is brought up to ``base`` when a sub-step of the shard names the row, not at
+  // every sync: a sync rewrote every copy's hot rows, as many bytes as the sub-step's SGD touched or more.
+  // ``version[h]``: the sync that last changed hot row h (0: none); ``seen[s, h]``: the version shard s holds.
+  std::vector<int32_t> version, seen;
+  int32_t syncs = 0;
   std::vector<double> loss, count;  // a shard's, over the sub-steps run
 } session;
 
@@ -303,6 +309,9 @@ int64_t hvd_w2v_local_sgd_open(int64_t sg, const float* rows, int64_t T, int64_t
   S.hot_at.assign(shards * nh, -1);
   S.touched.assign(shards * nh, 0);
   S.base.assign(rows + hot_lo * d, rows + hot_hi * d);
+  S.version.assign(nh, 0), S.seen.assign(shards * nh, 0), S.syncs = 0;
+  S.named.resize(std::max<size_t>(S.named.size(), shards));
+  for (int64_t s = 0; s < shards; ++s) S.named[s].clear();  // marks of another session's hot rows
   S.loss.assign(shards, 0.0), S.count.assign(shards, 0.0);
 #pragma omp parallel for num_threads(team) schedule(dynamic)
   for (int64_t s = 0; s < shards; ++s) {
@@ -329,47 +338,58 @@ int64_t hvd_w2v_local_sgd_substep(int64_t part, float alpha, float* hot, float* 
       const int64_t lo = S.bounds[s * S.parts], from = S.bounds[s * S.parts + part] - lo;
       const int64_t to = S.bounds[s * S.parts + part + 1] - lo;
       Copy& c = S.copy[s];
-      sgd(S.sg, d, alpha, w, k1, from, to, c, &S.loss[s], &S.count[s]);
       uint8_t* mark = S.touched.data() + s * nh;
-      std::fill(mark, mark + nh, 0);
-      auto name = [&](int32_t p) {
-        if (p >= 0 && c.order[p] >= S.hot_lo && c.order[p] < S.hot_hi) mark[c.order[p] - S.hot_lo] = 1;
+      int32_t* seen = S.seen.data() + s * nh;
+      std::vector<int32_t>& named = S.named[s];
+      for (int32_t h : named) mark[h] = 0;  // the sub-step before's
+      named.clear();
+      auto name = [&](int32_t p) {  // marked, and brought up to the last merge if a sync changed it since
+        if (p < 0 || c.order[p] < S.hot_lo || c.order[p] >= S.hot_hi) return;
+        const int32_t h = static_cast<int32_t>(c.order[p] - S.hot_lo);
+        if (mark[h]) return;
+        mark[h] = 1, named.push_back(h);
+        if (seen[h] != S.version[h]) {
+          std::copy(S.base.data() + h * d, S.base.data() + (h + 1) * d, c.copy.data() + static_cast<int64_t>(p) * d);
+          seen[h] = S.version[h];
+        }
       };
       for (int64_t j = from * w; j < to * w; ++j) name(c.ctx[j]);
       for (int64_t j = from * k1; j < to * k1; ++j) name(c.tgt[j]);
+      sgd(S.sg, d, alpha, w, k1, from, to, c, &S.loss[s], &S.count[s]);
     }
+    // Each thread its range of hot rows, summed over the shards that named them, in shard order.
     const int t = omp_get_thread_num();
     const int64_t h0 = nh * t / S.team, h1 = nh * (t + 1) / S.team;
-    for (int64_t h = h0; h < h1; ++h) {
-      float* out = hot + h * d;
-      const float* before = S.base.data() + h * d;
-      std::fill(out, out + d, 0.f);
-      float m = 0.f;
-      for (int64_t s = 0; s < S.shards; ++s) {
-        if (!S.touched[s * nh + h]) continue;
+    std::fill(hot + h0 * d, hot + h1 * d, 0.f);
+    std::fill(shards_touching + h0, shards_touching + h1, 0.f);
+    for (int64_t s = 0; s < S.shards; ++s)
+      for (int32_t h : S.named[s]) {
+        if (h < h0 || h >= h1) continue;
         const float* now = S.copy[s].copy.data() + static_cast<int64_t>(S.hot_at[s * nh + h]) * d;
+        const float* before = S.base.data() + static_cast<int64_t>(h) * d;
+        float* out = hot + static_cast<int64_t>(h) * d;
 #pragma omp simd
         for (int64_t x = 0; x < d; ++x) out[x] += now[x] - before[x];
-        m += 1.f;
+        shards_touching[h] += 1.f;
       }
-      shards_touching[h] = m;
-    }
   }
   return 0;
 }
 
-// The hot rows as combined over every shard (float32[hot rows, d]), into every copy that holds them.
-int64_t hvd_w2v_local_sgd_sync(const float* hot) {
+// The hot rows that changed in the merge, as combined over every shard: ``hot`` float32[count, d], the rows
+// ``which`` int32[count] (increasing, in [0, hot rows)). Every shard goes on from them: a shard's copy of a
+// row takes them when its next sub-step names the row (``version``).
+int64_t hvd_w2v_local_sgd_sync(const float* hot, const int32_t* which, int64_t count) {
   Session& S = session;
-  if (S.rows == nullptr) return -1;
   const int64_t nh = S.hot_hi - S.hot_lo, d = S.d;
-  std::copy(hot, hot + nh * d, S.base.begin());
-#pragma omp parallel for num_threads(S.team) schedule(static)
-  for (int64_t s = 0; s < S.shards; ++s)
-    for (int64_t h = 0; h < nh; ++h) {
-      const int32_t p = S.hot_at[s * nh + h];
-      if (p >= 0) std::copy(hot + h * d, hot + (h + 1) * d, S.copy[s].copy.data() + static_cast<int64_t>(p) * d);
-    }
+  if (S.rows == nullptr || count < 0 || count > nh) return -1;
+  for (int64_t i = 0; i < count; ++i)
+    if (which[i] < 0 || which[i] >= nh || (i > 0 && which[i] <= which[i - 1])) return -1;
+  ++S.syncs;
+  for (int64_t i = 0; i < count; ++i) {
+    std::copy(hot + i * d, hot + (i + 1) * d, S.base.data() + which[i] * d);
+    S.version[which[i]] = S.syncs;
+  }
   return 0;
 }
 

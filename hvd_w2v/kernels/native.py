@@ -482,7 +482,7 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
 
 LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P],
                    "hvd_w2v_local_sgd_open": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64, I64, I64],
-                   "hvd_w2v_local_sgd_substep": [I64, F32, P, P], "hvd_w2v_local_sgd_sync": [P],
+                   "hvd_w2v_local_sgd_substep": [I64, F32, P, P], "hvd_w2v_local_sgd_sync": [P, P, I64],
                    "hvd_w2v_local_sgd_close": [P, P]}
 
 
@@ -547,12 +547,14 @@ class LocalSession:
             raise RuntimeError(f"local SGD's sub-step {part} called out of turn")
         return hot, touching
 
-    def sync(self, hot):
-        """The combined hot rows (float32[hot, d]) into every shard's copy."""
+    def sync(self, hot, which):
+        """The hot rows ``which`` (int, increasing, of the session's hot rows) that the merge changed, as merged
+        (float32[len(which), d]), into every shard's copy that holds them."""
         hot = np.ascontiguousarray(hot, np.float32)
-        assert hot.shape == (self.hot[1] - self.hot[0], self.keep[0].shape[1])
-        if self.lib.hvd_w2v_local_sgd_sync(hot.ctypes.data):
-            raise RuntimeError("local SGD's sync called out of turn")
+        which = np.ascontiguousarray(which, np.int32)
+        assert hot.shape == (len(which), self.keep[0].shape[1])
+        if self.lib.hvd_w2v_local_sgd_sync(hot.ctypes.data, which.ctypes.data, len(which)):
+            raise RuntimeError("local SGD's sync called out of turn, or with rows outside the hot ones")
 
     def close(self):
         """(deltas float32[T - 1, d] of the other rows, summed over the shards, the hot rows zero; loss; count)."""

@@ -162,7 +162,8 @@ class HotRows:
 
     def apply(self, keys, updates, counts, apply):
         """Sum this rank's ``updates`` (float32[k, d]) of hot ``keys`` and their SGD-update ``counts`` over
-        ranks and apply them to every replica with ``apply(table, rows, sums, summed_counts)`` (collective)."""
+        ranks and apply them to every replica with ``apply(table, rows, sums, summed_counts)`` (collective).
+        Returns the keys some rank updated (increasing; none without hot rows)."""
         if self.n:
             block = np.zeros((len(self.rows), updates.shape[1] + 1), np.float32)
             block[keys, :-1], block[keys, -1] = updates, counts
@@ -173,6 +174,8 @@ class HotRows:
                                                         self.seconds + time.monotonic() - t)
             touched = np.flatnonzero(sums[:, -1])  # rows no rank updated are left alone
             apply(self.rows, touched, sums[touched, :-1], sums[touched, -1])
+            return touched
+        return np.zeros(0, np.int64)
 
     def _mine(self):
         """The hot ids this rank owns, and their rows in its slice."""

@@ -74,8 +74,8 @@ class HotSync(LocalSGD):
                                 hot_hi)
         for part in range(self.parts):
             deltas, touching = session.substep(part, alpha)
-            self.hot.apply(hot_keys, deltas, touching, self.apply)
-            session.sync(self.hot.rows[hot_keys])
+            changed = np.flatnonzero(np.isin(hot_keys, self.hot.apply(hot_keys, deltas, touching, self.apply)))
+            session.sync(self.hot.rows[hot_keys[changed]], changed)  # the rows no shard moved are as they were
         return session.close()
 
     def describe(self):
@@ -112,11 +112,11 @@ class Reference:
             touching[touched] += 1
         return hot, touching
 
-    def sync(self, hot):
-        hot_lo, hot_hi = self.hot
-        self.base = np.array(hot, np.float32)
+    def sync(self, hot, which):
+        hot_lo, _ = self.hot
+        self.base[which] = hot
         for mine in self.copies:
-            mine[hot_lo:hot_hi] = self.base
+            mine[hot_lo + np.asarray(which, np.int64)] = self.base[which]
 
     def close(self):
         hot_lo, hot_hi = self.hot
