@@ -33,13 +33,14 @@ def cmd_check(args):
 
     comm = comm_mod.init(stall_timeout=args.stall_timeout)
     comm.watch.enter("check")
+    hvd = comm.horovod()  # started on every rank (collective)
     if comm.rank == 0:
         import horovod
         import tensorflow as tf
 
         # Asked of the loaded Horovod itself: `horovodrun --check-build` says the same, but imports every
         # framework it knows in a new process, which took most of a check's time.
-        hvd, yes = comm.hvd, ("no", "yes")
+        yes = ("no", "yes")
         built = ", ".join(f"{name} {yes[bool(getattr(hvd, name.lower() + '_built')())]}"
                           for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL"))
         print(f"horovod {horovod.__version__} with TensorFlow {tf.__version__}, built with {built}; MPI enabled "

@@ -553,6 +553,10 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
     _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
             state="training", steps_done=resumed.step if resumed else 0, hvd_w2v=__version__)
     # The same object on every rank: with TensorBoard each report is collective (loop.train's contract).
+    if tensorboard:  # its writer imports TensorFlow: with the rank's thread budget first
+        from .parallel.comm import tensorflow
+
+        tensorflow(comm.threads)
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return loop.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
                           rule=_rule(cfg)) + (stream,)

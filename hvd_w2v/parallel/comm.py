@@ -67,11 +67,11 @@ class Comm:
     ``watch``: this rank's watchdog.Beat (phase, steps done, collectives entered), which the main thread keeps
     and the stall watchdog (``watchdog``, None when off or on one rank) reads."""
 
-    def __init__(self, mpi_comm, hvd, threads=1):
+    def __init__(self, mpi_comm, threads=1):
         from .watchdog import Beat
 
         self.mpi = mpi_comm
-        self.hvd = hvd
+        self._hvd = None  # Horovod, once started (:meth:`horovod`)
         self.threads = threads  # this rank's compute-thread budget (init)
         self.threads_given = True  # False where init fell back to 1 (no argument, no $HVD_W2V_THREADS)
         self.rank = mpi_comm.Get_rank()
@@ -82,18 +82,36 @@ class Comm:
         self.finished = False  # finish() ran
 
     # -- dense, replicated tensors: Horovod ----------------------------------------------------------
+    def horovod(self):
+        """Horovod's module, started on first use: TensorFlow imported (:func:`tensorflow`) and ``hvd.init`` on
+        this job's MPI. Collective the first time (every rank must call it at the same point, as every dense
+        call is): a job that never needs a dense collective (the text passes, the queries, shard-local SGD
+        without hot rows) never pays for TensorFlow and Horovod's start, a few seconds a rank and about 390 MiB
+        of resident memory (hvd_w2v/bench/README.md, "Memory against the plan")."""
+        if self._hvd is None:
+            tensorflow(self.threads)
+            import horovod.tensorflow as hvd
+
+            self.watch.calls, self.watch.inside = self.watch.calls + 1, True  # every rank must come
+            hvd.init(comm=self.mpi)
+            self.watch.inside = False
+            if not hvd.mpi_threads_supported():
+                raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
+            self._hvd = hvd
+        return self._hvd
+
     @_collective
     def allreduce_dense(self, array, average=False):
         """Sum (or mean) of a float/int array over ranks, via Horovod; every rank gets the result. Waits for
         Horovod's next cycle (HOROVOD_CYCLE_MS)."""
+        if self.size == 1:
+            return np.array(array)  # the sum over one rank; spares Horovod, its start and its wait for the cycle
         import tensorflow as tf
 
-        if self.size == 1:
-            return np.array(array)  # the sum over one rank; spares a Horovod call and its wait for the cycle
-
+        hvd = self.horovod()
         self._calls += 1
-        op = self.hvd.Average if average else self.hvd.Sum
-        out = self.hvd.allreduce(tf.convert_to_tensor(array), op=op, name=f"dense.{self._calls}")
+        out = hvd.allreduce(tf.convert_to_tensor(array), op=hvd.Average if average else hvd.Sum,
+                            name=f"dense.{self._calls}")
         return out.numpy()
 
     @_collective
@@ -101,8 +119,9 @@ class Comm:
         """Rank ``root``'s array on every rank, via Horovod (same shape and dtype on all ranks)."""
         import tensorflow as tf
 
+        hvd = self.horovod()
         self._calls += 1
-        return self.hvd.broadcast(tf.convert_to_tensor(array), root, name=f"bcast.{self._calls}").numpy()
+        return hvd.broadcast(tf.convert_to_tensor(array), root, name=f"bcast.{self._calls}").numpy()
 
     # -- sparse, per-destination traffic: mpi4py -----------------------------------------------------
     @_collective
@@ -273,13 +292,14 @@ HOT_INSIDE_CYCLE_MS = 2
 
 
 def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
-    """Start MPI and Horovod once per process and return the :class:`Comm`.
+    """Start MPI once per process and return the :class:`Comm` (Horovod starts at its first use:
+    Comm.horovod).
 
-    ``threads`` (default: $HVD_W2V_THREADS, else 1; thread_budget) is this rank's compute-thread budget; it must be
-    set before TensorFlow runs any op, so it is applied here. ``cycle_ms``: Horovod's cycle, unless
+    ``threads`` (default: $HVD_W2V_THREADS, else 1; thread_budget) is this rank's compute-thread budget, which
+    TensorFlow gets when it is imported (:func:`tensorflow`). ``cycle_ms``: Horovod's cycle, unless
     $HOROVOD_CYCLE_TIME is set. ``stall_timeout``: the stall watchdog's limit in seconds (hvd_w2v/parallel/watchdog.py;
-    None: automatic, 0: off). On more than one rank the watchdog runs from MPI's start on: over Horovod's start
-    and everything after it; MPI's own start is watched by watchdog.starting.
+    None: automatic, 0: off). On more than one rank the watchdog runs from MPI's start on: over everything after
+    it, Horovod's start among it; MPI's own start is watched by watchdog.starting.
     """
     global _COMM
     if _COMM is not None:
@@ -295,27 +315,8 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
         dog = watchdog.Watchdog(world, beat, stall_timeout).start()
         atexit.register(dog.stop)  # before MPI_Finalize (mpi4py's, at exit): no MPI call may be in flight then
     beat.enter("start")
-
-    # Importing TensorFlow and Horovod makes hundreds of thousands of objects that live as long as the process,
-    # and the collector's passes over them while they are made take much of the import's time (the bench
-    # README's "Start-up"). So the collector waits for the import, then leaves those objects out of its passes.
-    gc.disable()
-    try:
-        import tensorflow as tf
-        import horovod.tensorflow as hvd
-    finally:
-        gc.freeze()
-        gc.enable()
-
-    os.environ.setdefault("HOROVOD_CYCLE_TIME", str(cycle_ms))
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
-    beat.calls, beat.inside = beat.calls + 1, True  # Horovod's start is collective: every rank must come
-    hvd.init(comm=world)
-    beat.inside = False
-    if not hvd.mpi_threads_supported():
-        raise UserError("Horovod was built without MPI thread support; rebuild it with mpi/setup")
-    _COMM = Comm(world, hvd, threads)
+    os.environ.setdefault("HOROVOD_CYCLE_TIME", str(cycle_ms))  # read by Horovod when it starts
+    _COMM = Comm(world, threads)
     _COMM.threads_given = given
     _COMM.watch, _COMM.watchdog = beat, dog
     # For scripts of the Python API (the command line does both itself, hvd_w2v/cli.py main): the watched
@@ -325,6 +326,34 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _uncaught
     return _COMM
+
+
+def tensorflow(threads):
+    """TensorFlow's module, imported once per process with ``threads`` as its thread budget (what must be set
+    before it runs any op): for Horovod's start and for the step maths' TensorFlow graph (training.sgns).
+
+    Importing TensorFlow and Horovod makes hundreds of thousands of objects that live as long as the process,
+    and the collector's passes over them while they are made take much of the import's time (the bench
+    README's "Start-up"). So the collector waits for the import, then leaves those objects out of its passes."""
+    global _TF_THREADS
+    gc.disable()
+    try:
+        import tensorflow as tf
+        import horovod.tensorflow  # noqa: F401 (its objects frozen with TensorFlow's)
+    finally:
+        gc.freeze()
+        gc.enable()
+    if _TF_THREADS is None:
+        _TF_THREADS = threads
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:  # TensorFlow already ran an op, imported elsewhere: its own budget stays
+            pass
+    return tf
+
+
+_TF_THREADS = None  # the thread budget TensorFlow was given (tensorflow), once imported
 
 
 def thread_budget(threads=None):

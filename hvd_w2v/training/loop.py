@@ -184,6 +184,9 @@ class ExactStep:
         """Any layout runs the exact step (localsgd.LocalSGD.check_layout refuses some)."""
 
     def __init__(self, cfg, vocab, stream, plan, hot, rank, threads):
+        from ..parallel.comm import tensorflow
+
+        tensorflow(threads)  # sgns's graph, should the compiled step be missing, on the rank's thread budget
         from . import sgns
 
         self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads)
