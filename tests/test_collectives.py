@@ -58,7 +58,7 @@ def test_export_writes_every_ranks_lines_as_one_rank_would(comm, nranks):
     from hvd_w2v.store import export
     from hvd_w2v.text.vocab import WordList
 
-    c = Comm(comm, None)  # mpi4py alone: write_ordered uses no Horovod
+    c = Comm(comm)  # mpi4py alone: write_ordered uses no Horovod
     size = 2 * export.BLOCK_ROWS * nranks + 5
     plan = RowPlan(size, nranks)
     ids = plan.ids(c.rank)

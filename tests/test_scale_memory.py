@@ -176,7 +176,7 @@ def test_counts_are_exact_over_many_rounds(comm, tmp_path_factory):
     flush, flush_compiled = vocab._flush, vocab._flush_compiled  # Python's passes, or the compiled ones
     vocab._flush = lambda *a: (rounds.append(1), flush(*a))[1]  # its answer: a memory limit's refusal or None
     vocab._flush_compiled = lambda *a: (rounds.append(1), flush_compiled(*a))[1]
-    c = Comm(comm, None)
+    c = Comm(comm)
     voc = vocab.build(c, [path], Config(min_count=3))
     per_rank = comm.allgather(len(rounds))
     assert min(per_rank) > 100, per_rank
@@ -206,7 +206,7 @@ def _probe_main(corpus):
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
 
-    c = Comm(MPI.COMM_WORLD, None)  # mpi4py alone: vocab.build needs no Horovod, and the baseline stays small
+    c = Comm(MPI.COMM_WORLD)  # mpi4py alone: vocab.build needs no Horovod, and the baseline stays small
     c.barrier()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current VmRSS

@@ -131,7 +131,7 @@ from hvd_w2v.common.errors import UserError
 from hvd_w2v.parallel.comm import Comm
 from hvd_w2v.parallel.shard import RowPlan
 
-comm = Comm(MPI.COMM_WORLD, None)  # mpi4py alone: write_ordered uses no Horovod
+comm = Comm(MPI.COMM_WORLD)  # mpi4py alone: write_ordered uses no Horovod
 if sys.argv[2:] == ["--limit"] and comm.rank == 1:
     # Files of 64 KiB at most for rank 1 (Python ignores SIGXFSZ): its lines past that offset fail with
     # EFBIG, from the first block on, while rank 0's succeed.
@@ -173,7 +173,7 @@ from hvd_w2v.common.config import Config
 from hvd_w2v.common.errors import UserError
 from hvd_w2v.parallel.comm import Comm
 
-comm = Comm(MPI.COMM_WORLD, None)  # mpi4py alone: vocab.build and encode.encode use no Horovod
+comm = Comm(MPI.COMM_WORLD)  # mpi4py alone: vocab.build and encode.encode use no Horovod
 voc = vocab.build(comm, [sys.argv[1]], Config())
 if comm.rank == 1:
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 12, 1 << 12))  # a shard of 4 KiB at most

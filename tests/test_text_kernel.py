@@ -312,7 +312,7 @@ from hvd_w2v.text import corpus, encode, vocab
 from hvd_w2v.common.config import Config
 from hvd_w2v.parallel.comm import Comm
 
-comm = Comm(MPI.COMM_WORLD, None, threads=2)
+comm = Comm(MPI.COMM_WORLD, threads=2)
 paths, _ = corpus.files_of([sys.argv[1]])
 corpus.BLOCK_BYTES, vocab.CHUNK_BYTES, vocab.FLUSH_WORDS, vocab.THREAD_CHUNKS, vocab.PENDING = 4096, 1000, 64, 1, 300
 kernel, write = native.text_kernel, vocab._write_handles
