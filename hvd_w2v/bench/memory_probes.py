@@ -1,6 +1,7 @@
 """The measurements behind hvd_w2v.planning.memory's constants, one probe each.
 
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes baseline       # BASELINE_BYTES
+    mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes lean           # the same without TensorFlow's start
     python -m hvd_w2v.bench.memory_probes words                          # a list and a dict of words
     python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
@@ -33,6 +34,20 @@ def baseline():
     comm.allreduce_dense(np.ones(4, np.float32))
     comm.alltoallv(np.arange(comm.size, dtype=np.int64), np.ones(comm.size, np.int64))
     comm.barrier()
+    print(f"rank {comm.rank}: ru_maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss:,} KiB, "
+          f"RssFile {status('RssFile')}, RssAnon {status('RssAnon')}", flush=True)
+
+
+def lean():
+    """The process with MPI started and one alltoallv, neither TensorFlow nor Horovod loaded (Comm.horovod
+    starts them at their first use): what a stage without them (the text passes, shard-local SGD without hot
+    rows) holds below BASELINE_BYTES."""
+    from hvd_w2v.parallel import comm as comm_mod
+
+    comm = comm_mod.init()
+    comm.alltoallv(np.arange(comm.size, dtype=np.int64), np.ones(comm.size, np.int64))
+    comm.barrier()
+    assert "tensorflow" not in sys.modules
     print(f"rank {comm.rank}: ru_maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss:,} KiB, "
           f"RssFile {status('RssFile')}, RssAnon {status('RssAnon')}", flush=True)
 
@@ -180,7 +195,7 @@ def reset_peak():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    probes = {"baseline": lambda: baseline(), "words": lambda: words(),
+    probes = {"baseline": lambda: baseline(), "lean": lambda: lean(), "words": lambda: words(),
               "step": lambda: step(*map(int, argv[1:4])), "phases": lambda: phases(argv[1:]),
               "shapes": lambda: shapes(int(argv[1])), "passes": lambda: passes(argv[1:])}
     if not argv or argv[0] not in probes:
