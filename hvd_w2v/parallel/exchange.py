@@ -164,6 +164,12 @@ class HotRows:
         """Sum this rank's ``updates`` (float32[k, d]) of hot ``keys`` and their SGD-update ``counts`` over
         ranks and apply them to every replica with ``apply(table, rows, sums, summed_counts)`` (collective).
         Returns the keys some rank updated (increasing; none without hot rows)."""
+        if self.n and self.comm.size == 1:  # nothing to sum over: the rows as the block would give them
+            mine = counts != 0
+            order = np.argsort(keys[mine])
+            touched = keys[mine][order]
+            apply(self.rows, touched, updates[mine][order], counts[mine][order])
+            return touched
         if self.n:
             block = np.zeros((len(self.rows), updates.shape[1] + 1), np.float32)
             block[keys, :-1], block[keys, -1] = updates, counts
