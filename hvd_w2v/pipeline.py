@@ -209,9 +209,9 @@ def unknown_options(config):
 
 
 def start(cfg=None, threads=None, stall_timeout=None):
-    """MPI and Horovod (the first call starts them; comm.init): ``threads`` compute threads per rank, and
-    Horovod's cycle, short with hot rows, whose allreduce every step waits for, and shorter with a substep,
-    whose allreduces come several times a super-step. Returns the Comm."""
+    """MPI (the first call starts it; comm.init; Horovod starts at its first use): ``threads`` compute threads
+    per rank, and Horovod's cycle, short with hot rows, whose allreduce every step waits for, and shorter with a
+    substep, whose allreduces come several times a super-step. Returns the Comm."""
     from .parallel import comm as comm_mod
 
     hot = cfg is not None and cfg.hot_rows
