@@ -102,7 +102,8 @@ def run_halves(halves, epochs, sg, workdir, extra):
     halves = [figures(text) for text in texts]
     seconds = max(h["seconds"] for h in halves)
     return dict(words_per_s=sum(h["words_per_s"] * h["seconds"] for h in halves) / seconds, exchange=0.0,
-                bytes_per_word=0.0, peak_mib=[p for h in halves for p in h["peak_mib"]])
+                bytes_per_word=0.0, horovod=0.0, horovod_bytes=0.0,
+                peak_mib=[p for h in halves for p in h["peak_mib"]])
 
 
 def hvd_command(corpus, ranks, epochs, sg, name, workdir, extra, threads=1):
