@@ -90,7 +90,7 @@ class Comm:
         of resident memory (hvd_w2v/bench/README.md, "Memory against the plan")."""
         if self._hvd is None:
             tensorflow(self.threads)
-            import horovod.tensorflow as hvd
+            hvd = _frozen_import("horovod.tensorflow")
 
             self.watch.calls, self.watch.inside = self.watch.calls + 1, True  # every rank must come
             hvd.init(comm=self.mpi)
@@ -328,21 +328,28 @@ def init(threads=None, cycle_ms=HOROVOD_CYCLE_MS, stall_timeout=None):
     return _COMM
 
 
-def tensorflow(threads):
-    """TensorFlow's module, imported once per process with ``threads`` as its thread budget (what must be set
-    before it runs any op): for Horovod's start and for the step maths' TensorFlow graph (training.sgns).
+def _frozen_import(name):
+    """The module ``name``, imported with the collector paused, its objects then left out of the collector's
+    passes. Importing TensorFlow and Horovod makes hundreds of thousands of objects that live as long as the
+    process, and the collector's passes over them while they are made take much of the import's time (the
+    bench README's "Start-up")."""
+    import importlib
 
-    Importing TensorFlow and Horovod makes hundreds of thousands of objects that live as long as the process,
-    and the collector's passes over them while they are made take much of the import's time (the bench
-    README's "Start-up"). So the collector waits for the import, then leaves those objects out of its passes."""
-    global _TF_THREADS
+    if name in sys.modules:
+        return sys.modules[name]
     gc.disable()
     try:
-        import tensorflow as tf
-        import horovod.tensorflow  # noqa: F401 (its objects frozen with TensorFlow's)
+        return importlib.import_module(name)
     finally:
         gc.freeze()
         gc.enable()
+
+
+def tensorflow(threads):
+    """TensorFlow's module, imported once per process with ``threads`` as its thread budget (what must be set
+    before it runs any op): for Horovod's start and for the step maths' TensorFlow graph (training.sgns)."""
+    global _TF_THREADS
+    tf = _frozen_import("tensorflow")
     if _TF_THREADS is None:
         _TF_THREADS = threads
         try:

@@ -15,10 +15,10 @@ positions or more, so the counts hold for a cluster's corpus however small this 
 Time per super-step = compute + gather + scatter + allreduce, with the exact planner's network model
 (plan.Network: each stage the busiest node's latency x messages + bytes / bandwidth; the hot block a ring
 allreduce, Horovod's: 2 (P - 1) / P of its bytes and 2 (P - 1) latencies, once a super-step or, with --substep
-K, ceil(S / K) times: hotsync), every node assumed to serve as many rows as it asks for. Compute: S positions on each thread at
-the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one shard's examples),
-the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here for its T x S
-positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
+K, ceil(S / K) times: hotsync), every node assumed to serve as many rows as it asks for. Compute: S positions
+on each thread at the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one
+shard's examples), the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here for
+its T x S positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
 figure is an upper bound): an owner's gather of the rows every node asks of it and its add of their deltas, one
 source a node, built from every node's examples at sampled super-steps, by the merge train uses at the row's
 V and S (:func:`measure_owner`, config.MERGE_CLIP; "rows ms"); and the examples and table of the next
@@ -52,7 +52,7 @@ from ..common.wording import counted
 from ..kernels import native
 from ..parallel import wire
 from ..parallel.shard import RowPlan
-from ..training import batches
+from ..training import batches, hotsync
 from ..training.localsgd import merge_rule, superstep_plan
 from ..training.loop import CappedAdd, StepPlan
 from . import plan
@@ -269,7 +269,7 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     n_hot = min(hot, corpus.vocab.size)
     placed = [(at, node) for at in (samples or [0]) for node in sampled_nodes(nodes)]
     steps = [node_step(corpus, cfg, nodes, threads, n_hot, node, at) for at, node in placed]
-    parts = -(-cfg.superstep // cfg.substep) if cfg.substep and n_hot else 1  # the hot rows' merges (hotsync)
+    parts = hotsync.parts(cfg) if cfg.substep and n_hot else 1  # the hot rows' merges a super-step
     moved = float(np.mean([memory_bytes(step, cfg.dim, parts) for step in steps]))
     compute = max(cfg.superstep * per_position + rows_work, moved / memory_bandwidth)
     block = 2 * n_hot * (cfg.dim + 1) * 4  # the hot rows' deltas and shard counts (exchange.HotRows.apply)
@@ -398,7 +398,8 @@ def main(argv=None):
                         r = project(corpus, replace(c, substep=k), n, args.threads, h, network, per_position,
                                     range(args.samples), other, memory)
                         rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
-                                     f"{h:,}", f"{k or s:,}", f"{r['block'] / 1024:,.0f}", f"{r['bytes_per_word']:,.1f}",
+                                     f"{h:,}", f"{k or s:,}", f"{r['block'] / 1024:,.0f}",
+                                     f"{r['bytes_per_word']:,.1f}",
                                      f"{(r['compute'] - other[1]) * 1e3:,.2f}", f"{other[0] * 1e3:,.2f}",
                                      f"{other[1] * 1e3:,.2f}",
                                      f"{r['gather'] * 1e3:,.2f}", f"{r['scatter'] * 1e3:,.2f}",

@@ -22,7 +22,7 @@ holds one a thread): planning.memory counts it.
 import numpy as np
 
 from ..kernels import native
-from . import batches, localsgd
+from . import localsgd
 from .localsgd import LocalSGD, hosted, superstep_plan
 
 
@@ -35,15 +35,9 @@ def prepare_substeps(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
     """localsgd.prepare_superstep's StepPlan of global super-step ``done``, with ``segments``: its shards'
     centres by sub-step (shard s's sub-step j: ``[segments[s J + j], segments[s J + j + 1])``, J = parts(cfg)).
     ``bounds`` (a shard's centres) is every J-th of them, so the merge's shard counts are localsgd's."""
-    n, J = len(stream), parts(cfg)
-    epoch, k = divmod(done, cfg.steps_per_epoch(n))
-    ranges = []
-    for v in hosted(cfg.shards, plan.ranks, rank):
-        lo, hi = localsgd.shard_range(n, cfg.shards, v)
-        start, end = min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)
-        ranges += [(min(end, start + j * cfg.substep), min(end, start + (j + 1) * cfg.substep)) for j in range(J)]
-    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads)
-    segments = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
+    J = parts(cfg)
+    batch, segments = localsgd.superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank),
+                                                 threads, J)
     step = superstep_plan(batch, segments[::J], plan, n_hot, cfg.sg, threads)
     step.segments = segments
     return step

@@ -40,17 +40,20 @@ def hosted(shards, ranks, rank):
     return range(shards * rank // ranks, shards * (rank + 1) // ranks)
 
 
-def superstep_batches(stream, vocab, cfg, done, shards, threads=1):
+def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1):
     """The examples of ``shards`` (a range of shard numbers) in global super-step ``done`` (counted over all
     epochs), in shard order: ``(batch, bounds)``, shard ``shards[s]``'s centres ``[bounds[s], bounds[s + 1])``
     of ``batch``, built in one call, a shard a thread, where the rank hosts as many shards as threads
-    (batches.build_ranges)."""
+    (batches.build_ranges). With ``parts`` sub-steps of ``cfg.substep`` positions (hotsync), each shard's
+    centres are cut by them: shard s's sub-step j is ``[bounds[s parts + j], bounds[s parts + j + 1])``."""
     n = len(stream)
     epoch, k = divmod(done, cfg.steps_per_epoch(n))
     ranges = []
     for v in shards:
         lo, hi = shard_range(n, cfg.shards, v)
-        ranges.append((min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)))
+        start, end = min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)
+        ranges += [(start, end)] if parts == 1 else [
+            (min(end, start + j * cfg.substep), min(end, start + (j + 1) * cfg.substep)) for j in range(parts)]
     batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads)
     return batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
 

@@ -89,8 +89,9 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
 
     ``rule`` is the step rule, a class built as ``rule(cfg, vocab, stream, plan, hot, rank, threads)`` (``hot``:
     the exchange.HotRows): :class:`ExactStep` (the default), localsgd.LocalSGD or hotsync.HotSync; the loop, the
-    exchange, the hot rows, the reports and the checkpoints are the same for all. ``resume`` (a checkpoint.Loaded: ``step``, this rank's
-    interleaved ``rows``) starts after that many global steps from those rows instead of from scratch.
+    exchange, the hot rows, the reports and the checkpoints are the same for all. ``resume`` (a
+    checkpoint.Loaded: ``step``, this rank's interleaved ``rows``) starts after that many global steps from those
+    rows instead of from scratch.
     ``saver`` (a checkpoint.Saver), when given, is told of every finished step but the last and may write a
     checkpoint, or raise checkpoint.Interrupted. Raises divergence.Diverged on every rank when a report's loss
     or a rank's frequent rows pass the guard's bounds, or the trained slice holds a row past them.
