@@ -245,6 +245,16 @@ def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(c
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # matplotlib's, which TensorFlow imports
+def test_the_planner_projects_a_node_s_work_to_its_threads_by_the_speed_up_measured_here():
+    """on_node: Amdahl's law through the 1- and n-thread times; no speed-up, or one time alone, projects none."""
+    from hvd_w2v.planning.localplan import on_node
+
+    assert on_node({1: 8.0, 2: 4.0}, 32) == (0.25, 0.0)  # linear: all of it spreads
+    assert on_node({1: 8.0, 2: 3.0}, 32) == (0.25, 0.0)  # better than linear (noise): no better than linear
+    assert on_node({1: 8.0, 2: 6.0}, 32) == (pytest.approx(8.0 * (0.5 + 0.5 / 32)), 0.5)
+    assert on_node({1: 8.0, 2: 9.0}, 32) == (8.0, 1.0) and on_node({1: 8.0}, 32) == (8.0, 1.0)
+
+
 def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, capsys):
     """localplan on a small corpus: a row per (bandwidth, S, P, H); one node exchanges nothing and is the
     efficiency's 100% of 1 node; more nodes send bytes and the exact step's projection stands beside; the words

@@ -17,9 +17,10 @@ Time per super-step = compute + gather + scatter + allreduce, with the exact pla
 allreduce, Horovod's: 2 (P - 1) / P of its bytes and 2 (P - 1) latencies, once a super-step or, with --substep
 K, ceil(S / K) times: hotsync), every node assumed to serve as many rows as it asks for. Compute: S positions
 on each thread at the rate the compiled shard SGD runs here on one thread (native.local_sgd, timed on one
-shard's examples), the T threads of a node in parallel ("SGD ms"), and the node's work around it timed here for
-its T x S positions, on --node-threads threads (this host's cores, at most T: a node of T cores runs it on T, so the
-figure is an upper bound): an owner's gather of the rows every node asks of it and its add of their deltas, one
+shard's examples), the T threads of a node in parallel ("SGD ms"), and the node's work around it for its T x S
+positions, timed here on 1 and --node-threads threads (this host's cores, at most T) and projected to the node's T
+threads by the speed-up measured here (:func:`on_node`, Amdahl's law; with --node-threads 1, the 1-thread time, an
+upper bound): an owner's gather of the rows every node asks of it and its add of their deltas, one
 source a node, built from every node's examples at sampled super-steps, by the merge train uses at the row's
 V and S (:func:`measure_owner`, config.MERGE_CLIP; "rows ms"); and the examples and table of the next
 super-step (:func:`measure_prepare`, "prepare ms"), which training builds while the exchange waits, so they
@@ -154,49 +155,74 @@ def _owner_seconds(model, keys, counts, sgd, merge, threads, carrier="float32", 
     return float(np.min(times[1:]))
 
 
+def on_node(seconds, threads):
+    """Seconds of work on a node's ``threads`` threads, projected from ``seconds`` ({threads here: seconds}, on 1
+    thread and on more) by Amdahl's law: the serial share f that the speed-up measured here implies (clamped to
+    [0, 1]; 0 where it was linear or better), then t1 (f + (1 - f) / threads); and f. Measured on 1 thread only,
+    f = 1: the 1-thread time, an upper bound. The projection assumes the node's cores as fast as this host's and
+    its memory able to feed them (project caps the SGD at the node's memory bandwidth; this work's traffic is
+    small beside the SGD's)."""
+    t1, n = seconds[1], max(seconds)
+    f = 1.0 if n == 1 else min(1.0, max(0.0, (n * seconds[n] / t1 - 1) / (n - 1)))
+    return t1 * (f + (1 - f) / threads), f
+
+
+def _on_node_how(seconds, threads, f):
+    """How :func:`on_node` got its figure: the times measured here and the projection."""
+    measured = " and ".join(f"{t * 1e3:,.2f} ms on {counted(n, 'thread')}" for n, t in sorted(seconds.items()))
+    if len(seconds) == 1:
+        return f"{measured} here"
+    return f"{measured} here, serial share {f:.2f}: {on_node(seconds, threads)[0] * 1e3:,.2f} ms on {threads}"
+
+
 def measure_prepare(corpus, cfg, threads, work_threads):
     """A node's examples and table of its ``threads`` shards of S positions (:func:`_examples_seconds`), built on
-    ``work_threads`` threads as training builds them on the node's: seconds here, and how they were measured."""
+    all its threads as training builds them: timed here on 1 and ``work_threads`` threads and projected to
+    ``threads`` (:func:`on_node`). Seconds, and how they were measured."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0)
-    seconds = _examples_seconds(corpus, cfg, ranges, work_threads)
-    return seconds, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
-                     f"{seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here (least of 9)")
+    seconds = {n: _examples_seconds(corpus, cfg, ranges, n) for n in sorted({1, work_threads})}
+    projected, f = on_node(seconds, threads)
+    return projected, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
+                       f"{_on_node_how(seconds, threads, f)} (least of 9)")
 
 
 def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     """An owner's rows' work in a super-step on ``nodes`` nodes of ``threads`` shards (:func:`_owner_seconds`,
-    under the merge ``cfg`` trains with, on ``work_threads`` threads as training runs it on the node's): the
-    rows every node asks of it and their deltas, one source a node, from every node's StepPlan at the
-    ``samples`` (sampled super-steps), so that a row several nodes touch comes from each, as it does in
-    training. Seconds here, the busiest of SAMPLED_NODES owners at each sample, averaged over the samples; and
-    how they were measured. Every row counts, hot or not: with --hot-rows H the hot rows' add is the
+    under the merge ``cfg`` trains with, on all the node's threads as training runs it: timed here on 1 and
+    ``work_threads`` threads, projected to ``threads`` by :func:`on_node`): the rows every node asks of it and
+    their deltas, one source a node, from every node's StepPlan at the ``samples`` (sampled super-steps), so
+    that a row several nodes touch comes from each, as it does in training. Seconds, the busiest of
+    SAMPLED_NODES owners at each sample, averaged over the samples; and how they were measured. Every row counts, hot or not: with --hot-rows H the hot rows' add is the
     allreduce's, so the figure is an upper bound there.
 
     The keys are placed in the model by a fixed permutation (:func:`_model`): far apart, as the rows of a
     large slice are, and shared among the threads as an owner's local rows are. (By their global keys, the
     rows an owner of P nodes holds are every P-th word: on an even P, all in the blocks one thread of two
     adds, which made 2 threads look no faster than 1.)"""
-    (model, place), merge = _model(corpus.vocab.size, cfg.dim), merge_rule(cfg, work_threads)
+    (model, place), counts = _model(corpus.vocab.size, cfg.dim), sorted({1, work_threads})
     carrier = cfg.wire if nodes > 1 else "float32"  # one node sends nothing
-    busiest, entries, distinct = [], [], []
+    busiest, entries, distinct = {n: [] for n in counts}, [], []
     for at in samples:
         steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
         ends = [np.cumsum(step.owned) for step in steps]
-        seconds = []
+        seconds = {n: [] for n in counts}
         for owner in sampled_nodes(nodes):
             parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
             keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
             sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
-            seconds.append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd, merge, work_threads,
-                                          carrier))
+            for n in counts:
+                seconds[n].append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd,
+                                                 merge_rule(cfg, n), n, carrier))
             entries.append(len(keys))
             distinct.append(len(np.unique(keys)))
-        busiest.append(max(seconds))
-    seconds = float(np.mean(busiest))
+        for n in counts:
+            busiest[n].append(max(seconds[n]))
+    seconds = {n: float(np.mean(busiest[n])) for n in counts}
+    projected, f = on_node(seconds, threads)
     merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {carrier}"
-    return seconds, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
-                     f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
-                     f"{counted(nodes, 'source')}) {seconds * 1e3:,.2f} ms on {counted(work_threads, 'thread')} here")
+    return projected, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
+                       f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
+                       f"{counted(nodes, 'source')}) {_on_node_how(seconds, threads, f)}")
 
 
 def measure_exact_other(corpus, cfg):
@@ -332,8 +358,9 @@ def main(argv=None):
     p.add_argument("--exact-steps", type=int, default=5,
                    help="steps the exact step's projection samples, 0: leave it out (default: %(default)s)")
     p.add_argument("--node-threads", type=int, default=None,
-                   help="threads the node's work around the SGD is timed on here (default: this host's cores, at "
-                        "most --threads)")
+                   help="threads the node's work around the SGD is timed on here, beside 1, to project it to "
+                        "--threads (default: this host's cores, at most --threads; 1: no projection, an upper "
+                        "bound)")
     p.add_argument("--wire", choices=WIRES, default="float32",
                    help="the form rows and deltas travel in between nodes (train's --wire; default: %(default)s)")
     p.add_argument("--node-memory-bandwidth", type=float, default=150.0, metavar="GB/S",
@@ -412,7 +439,7 @@ def main(argv=None):
               f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
               f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's "
-              f"work around it on {counted(args.node_threads, 'thread')}; rows and deltas between nodes as "
+              f"work around it timed on 1 and {counted(args.node_threads, 'thread')}, projected to {args.threads}; rows and deltas between nodes as "
               f"{args.wire}; exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
               + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out")
