@@ -5,6 +5,8 @@
                                                         # start, run one command on the first host, end
     python tests/pretend_hosts.py --slurm -- sbatch --wait -N 2 -n 2 slurm/multi-node.sbatch --epochs 1
                                                         # the same with a Slurm of one node per host
+    python tests/pretend_hosts.py --rate 1000 -- mpi/launch -n 2 --hostfile HOSTFILE hvd-w2v train ...
+                                                        # each host behind a link of 1,000 Mb/s each way
 
 What a pretend host is, and what it shares with the others:
 
@@ -27,6 +29,13 @@ What a pretend host is, and what it shares with the others:
 - **MPI traffic**: :attr:`env` restricts Open MPI's TCP (``btl_tcp_if_include``, ``oob_tcp_if_include``) to
   ``lo``; ranks on one host talk through shared memory, ranks on two hosts over TCP (Open MPI decides by
   hostname).
+- **Links** (``links=True``, or a ``rate``): each host has a network namespace of its own instead, whose one
+  interface ``link0`` (a veth) holds its address and leads to a bridge in the sandbox, as a NIC to a switch;
+  its ``lo`` keeps 127.0.0.1 alone, so the other hosts' 127.0.1.x go out through ``link0``
+  (``route_localnet`` lets loopback addresses leave ``lo``: the addresses stay loopback ones). Open MPI's
+  TCP uses ``link0``. With ``rate`` (Mb/s) both ends of every host's veth have a token-bucket filter (``tc``
+  ``tbf``) of that rate: a full-duplex link of ``rate`` each way. This kernel has no ``netem``: the
+  latency is what the veths and the bridge give, measured, not set.
 
 Needs root and util-linux's ``unshare``/``nsenter`` and iproute2's ``ip``; :func:`unavailable` says why not.
 """
@@ -44,24 +53,53 @@ import bounded
 ROOT = Path(__file__).resolve().parent.parent
 LOGIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# The sandbox's first process: sets up the network and /etc, starts one holder per host, then reaps orphans
-# (it is the PID namespace's init) until it is killed. argv: folder, then one "host:local1:local2..." a host.
+# The sandbox's first process: sets up the network and /etc, starts one holder per host (with links: gives
+# each its link), then reaps orphans (it is the PID namespace's init) until it is killed. argv: folder, rate
+# ("none": the shared loopback; "0": links, not shaped; else Mb/s), then one "host:address:local1:..." a host.
 INIT = r"""
 import os, subprocess, sys, time
-folder, hosts = sys.argv[1], sys.argv[2:]
+folder, rate, hosts = sys.argv[1], sys.argv[2], sys.argv[3:]
 def sh(*args):
     subprocess.run(args, check=True)
+def shaped(*dev):  # a token bucket of the rate on a device's egress; burst: 1 ms of it, at least 32 KiB
+    if float(rate):
+        burst = max(32 * 1024, int(float(rate) * 1e6 / 8 / 1000))
+        sh(*dev[:-1], "tc", "qdisc", "add", "dev", dev[-1], "root", "tbf", "rate", f"{rate}mbit", "burst", str(burst),
+           "latency", "100ms")
 sh("ip", "link", "set", "lo", "up")
-sh("ip", "link", "add", "hvdw2v0", "type", "bridge")  # left down; see tests/pretend_hosts.py
-sh("ip", "addr", "add", "127.0.0.2/32", "dev", "hvdw2v0")
+sh("ip", "link", "add", "hvdw2v0", "type", "bridge")  # the switch of the links; see tests/pretend_hosts.py
+if rate == "none":  # left down, for glibc's AI_ADDRCONFIG
+    sh("ip", "addr", "add", "127.0.0.2/32", "dev", "hvdw2v0")
+else:
+    sh("ip", "link", "set", "hvdw2v0", "up")
 for name in ("hosts", "nsswitch.conf", "resolv.conf"):
     sh("mount", "--bind", os.path.join(folder, "etc", name), "/etc/" + name)
-for spec in hosts:
-    host, *local = spec.split(":")
+for i, spec in enumerate(hosts):
+    host, address, *local = spec.split(":")
     mounts = "".join(f" && mount -t tmpfs local-{host} '{p}'" for p in local if p)
-    subprocess.Popen(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
-                      f"hostname {host}{mounts} && echo $$ > {folder}/hosts/{host}.pid.tmp && "
-                      f"mv {folder}/hosts/{host}.pid.tmp {folder}/hosts/{host}.pid && exec sleep infinity"])
+    ready = "" if rate != "none" else f" && mv {folder}/hosts/{host}.pid.tmp {folder}/hosts/{host}.pid"
+    subprocess.Popen(["unshare", "--uts", "--mount", *(["--net"] if rate != "none" else []), "--propagation",
+                      "private", "sh", "-c",
+                      f"hostname {host}{mounts} && echo $$ > {folder}/hosts/{host}.pid.tmp{ready} && exec sleep infinity"])
+    if rate == "none":
+        continue
+    tmp = f"{folder}/hosts/{host}.pid.tmp"
+    while not os.path.exists(tmp) or not open(tmp).read().strip():
+        time.sleep(0.01)
+    pid = open(tmp).read().strip()
+    inside = ("nsenter", "-t", pid, "--net")
+    sh("ip", "link", "add", f"hvdw2v-h{i}", "type", "veth", "peer", "name", "link0", "netns", pid)
+    sh("ip", "link", "set", f"hvdw2v-h{i}", "master", "hvdw2v0", "up")
+    sh(*inside, "ip", "link", "set", "lo", "up")
+    sh(*inside, "ip", "addr", "del", "127.0.0.1/8", "dev", "lo")  # 127/8 is no longer all this host's own
+    sh(*inside, "ip", "addr", "add", "127.0.0.1/32", "dev", "lo")
+    for conf in ("all", "link0"):
+        sh(*inside, "sh", "-c", f"echo 1 > /proc/sys/net/ipv4/conf/{conf}/route_localnet")
+    sh(*inside, "ip", "addr", "add", f"{address}/24", "dev", "link0")
+    sh(*inside, "ip", "link", "set", "link0", "up")
+    shaped(*inside, "link0")
+    shaped(f"hvdw2v-h{i}")
+    os.rename(tmp, f"{folder}/hosts/{host}.pid")
 while True:
     try:
         os.wait()
@@ -85,15 +123,16 @@ ON_HOST = """#!/bin/sh
 pidfile="{hosts}/$1.pid"
 [ -f "$pidfile" ] || {{ echo "ssh: Could not resolve hostname $1: not a pretend host" >&2; exit 255; }}
 pid=$(cat "$pidfile"); shift
-exec nsenter -t "$pid" --uts --mount --wd="$PWD" -- "$@"
+exec nsenter -t "$pid" --uts --mount --net --wd="$PWD" -- "$@"
 """
 
 
-def unavailable():
-    """Why pretend hosts cannot run here (a sentence), or None when they can."""
+def unavailable(shaped=False):
+    """Why pretend hosts (``shaped``: with a rate) cannot run here (a sentence), or None when they can."""
     if os.geteuid() != 0:
         return "pretend hosts need root (namespaces, mounts)"
-    missing = [p for p in ("unshare", "nsenter", "ip", "mount") if not shutil.which(p, path=LOGIN_PATH)]
+    tools = ("unshare", "nsenter", "ip", "mount") + (("tc",) if shaped else ())
+    missing = [p for p in tools if not shutil.which(p, path=LOGIN_PATH)]
     if missing:
         return f"pretend hosts need {', '.join(missing)} (util-linux, iproute2)"
     return None
@@ -105,8 +144,10 @@ class PretendHosts:
     Use as a context manager, or :meth:`start` / :meth:`stop`. Commands run on a host with :meth:`run`
     (bounded) or :meth:`popen`; :attr:`env` is what they need to start mpirun across hosts."""
 
-    def __init__(self, names=("nodeA", "nodeB"), local=None, folder=None):
-        self.names = list(names)
+    def __init__(self, names=("nodeA", "nodeB"), local=None, folder=None, links=False, rate=None):
+        if rate is not None and not rate > 0:
+            raise ValueError(f"a link's rate is more than 0 Mb/s, not {rate}")
+        self.names, self.links, self.rate = list(names), links or rate is not None, rate
         self.local = {h: [os.path.abspath(p) for p in paths] for h, paths in (local or {}).items()}
         self.keep = folder is not None
         self.folder = os.path.abspath(folder) if folder else tempfile.mkdtemp(prefix="hvd-w2v-hosts-")
@@ -120,9 +161,10 @@ class PretendHosts:
         # Open MPI does by itself where it knows a host is oversubscribed) instead of spinning on the core the
         # other host's rank needs, which made 2 hosts x 2 ranks about three times slower. (Real hosts have
         # cores of their own: the product leaves Open MPI's default.)
+        interface = "link0" if self.links else "lo"
         self.env = dict(os.environ, OMPI_MCA_plm_rsh_agent=os.path.join(self.bin, "ssh"),
-                        OMPI_MCA_plm_rsh_no_tree_spawn="1", OMPI_MCA_btl_tcp_if_include="lo",
-                        OMPI_MCA_oob_tcp_if_include="lo", OMPI_MCA_mpi_yield_when_idle="1")
+                        OMPI_MCA_plm_rsh_no_tree_spawn="1", OMPI_MCA_btl_tcp_if_include=interface,
+                        OMPI_MCA_oob_tcp_if_include=interface, OMPI_MCA_mpi_yield_when_idle="1")
 
     def __enter__(self):
         self.start()
@@ -139,10 +181,11 @@ class PretendHosts:
             for h in self.names:
                 for p in self.local.get(h, []):
                     os.makedirs(p, exist_ok=True)  # the mount point; the host sees an empty tmpfs there
-            specs = [":".join([h, *self.local.get(h, [])]) for h in self.names]
+            specs = [":".join([h, self.address[h], *self.local.get(h, [])]) for h in self.names]
+            rate = "none" if not self.links else f"{self.rate or 0:g}"
             self._sandbox = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount", "--net",
-                 "--propagation", "private", sys.executable, "-c", INIT, self.folder, *specs],
+                 "--propagation", "private", sys.executable, "-c", INIT, self.folder, rate, *specs],
                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.folder, "sandbox.log"), "ab"),
                 stdin=subprocess.DEVNULL, start_new_session=True)
             deadline = time.monotonic() + timeout
@@ -264,9 +307,11 @@ def main(argv):
     p.add_argument("--slots", type=int, default=1, help="slots per host in the hostfile written (default 1)")
     p.add_argument("--slurm", action="store_true", help="also a Slurm cluster with one node per host")
     p.add_argument("--dir", help="keep the files in this folder (default: a temporary folder, removed)")
+    p.add_argument("--links", action="store_true", help="a network namespace and a link to a bridge per host")
+    p.add_argument("--rate", type=float, help="with links: each host's link shaped to this many Mb/s each way")
     p.add_argument("command", nargs=argparse.REMAINDER, help="a command to run on the first host, then end")
     args = p.parse_args(argv)
-    why = unavailable()
+    why = unavailable(shaped=args.rate is not None)
     if args.slurm and not why:
         from slurm_cluster import unavailable as slurm_unavailable
         why = slurm_unavailable()
@@ -274,7 +319,10 @@ def main(argv):
         print(f"pretend_hosts: {why}", file=sys.stderr)
         return 2
     names = [f"node{chr(ord('A') + i)}" for i in range(args.hosts)]
-    hosts = PretendHosts(names, folder=args.dir)
+    if args.rate is not None and not args.rate > 0:
+        print(f"pretend_hosts: --rate must be more than 0 Mb/s, not {args.rate:g}", file=sys.stderr)
+        return 2
+    hosts = PretendHosts(names, folder=args.dir, links=args.links, rate=args.rate)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     cluster = None

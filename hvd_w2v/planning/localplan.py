@@ -321,18 +321,24 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
 
 
 def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):
-    """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads, its maths ``compute``
-    T times faster and its rows' work ``around`` it (:func:`measure_exact_other`) on one thread: words/s."""
+    """:func:`exact_plan`'s words/s (nan where there are more nodes than words)."""
     if nodes > corpus.vocab.size:
         return float("nan")
+    return exact_plan(corpus, cfg, nodes, threads, network, compute, steps, around).words_per_second
+
+
+def exact_plan(corpus, cfg, nodes, threads, network, compute, steps, around):
+    """plan.py's projection of the exact step on ``nodes`` ranks of ``threads`` threads, its maths ``compute``
+    T times faster and its rows' work ``around`` it (:func:`measure_exact_other`) on one thread, over ``steps``
+    steps sampled in the epoch: plan.Row (``words_per_second``; ``bytes_per_word``, all ranks')."""
     epoch_steps = math.ceil(len(corpus.stream) / cfg.batch_words)
     planned = plan.sampled_steps(epoch_steps, steps, 1)
     faster = plan.Compute(compute.per_step + around.per_step, compute.per_position / threads + around.per_position,
                           compute.how)
     got = [(plan.Traffic.of(step, cfg.dim), int(step.positions.max()))
-           for _, by_hot in plan.plan_steps(corpus, cfg, nodes, [0], planned) for step in by_hot.values()]
-    return plan.summarise(cfg.batch_words, nodes, 0, got, cfg, corpus, network, faster, epoch_steps,
-                          False).words_per_second
+           for _, by_hot in plan.plan_steps(corpus, cfg, nodes, [cfg.hot_rows], planned) for step in by_hot.values()]
+    return plan.summarise(cfg.batch_words, nodes, cfg.hot_rows, got, cfg, corpus, network, faster, epoch_steps,
+                          False)
 
 
 COLUMNS = ["Gb/s", "S", "P", "T", "V", "H", "K", "hot KiB", "B/word", "SGD ms", "prepare ms", "rows ms", "gather ms",

@@ -1,0 +1,256 @@
+"""The cluster projection checked against runs: two pretend hosts, each behind a link shaped to a rate, train
+the exact step and the shard mode; the planners project the same layouts at the same rate and the latency
+measured on the link; one table of both, side by side, with their ratios.
+
+    python -m hvd_w2v.bench.projection                      # 150,000 lines; unshaped, 100, 300, 1,000, 3,000 Mb/s
+    python -m hvd_w2v.bench.projection --rates 200 --no-unshaped --lines 5000 --modes shard
+
+Run from the checkout, as root: the hosts are tests/pretend_hosts.py's with links (a network namespace each, a
+veth into one bridge, ``tc``'s token bucket on both ends of a shaped one), each running 1 rank of --threads
+threads. For each rate, on the hosts: a probe (mpi4py between the two ranks over Open MPI's TCP: the median
+round trip of an 8-byte message, and the rate 8 MiB messages get), then one training run of each mode with
+train's defaults (the exact step is ``--shards 0``; the shard mode is what train picks on several hosts), whose
+run.json gives the words per second of its whole training loop (one job: its start-up left out, its first
+super-steps in) and the bytes it sent a word. Then, here, the planners project each run's layout from the
+run's own configuration: plan.py's model of the exact step (localplan.exact_plan) and localplan.project for
+the shard mode, on a network of the rate (the probe's rate for the unshaped link) with half the probe's round
+trip as a message's latency, their compute timed here as they always are. "ratio" is planned over run.
+
+"link MB/s" is what a rank sent while it exchanged (its bytes over its exchange seconds): a shaped link keeps
+it under the rate.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import fields, replace
+
+import numpy as np
+
+from ..common.config import Config
+from . import ROOT, checkout_env
+
+RATES = "100,300,1000,3000"  # Mb/s: the issue's 0.1 to 3 Gb/s
+MODES = ("exact", "shard")
+HOSTS = os.path.join(ROOT, "tests", "pretend_hosts.py")
+COLUMNS = ["link", "RTT us", "probe MB/s", "mode", "V", "S", "run words/s", "planned words/s", "ratio",
+           "run B/word", "planned B/word", "ratio ", "link MB/s"]
+
+
+# -- on the hosts ---------------------------------------------------------------------------------------------
+
+def probe(repeats=200, big=8 << 20, sends=8):
+    """Rank 0 and 1 of MPI_COMM_WORLD: the median round trip (s) of an 8-byte message, after 20 not counted,
+    and the bytes/s of ``sends`` messages of ``big`` bytes from rank 0 to rank 1 (each answered by 8 bytes, one
+    round trip taken off). Rank 0 prints them as JSON."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    other, small, block = 1 - comm.rank, np.zeros(1), np.zeros(big // 8)
+    times = []
+    for _ in range(repeats + 20):
+        t = time.perf_counter()
+        if comm.rank == 0:
+            comm.Send(small, other), comm.Recv(small, other)
+        else:
+            comm.Recv(small, other), comm.Send(small, other)
+        times.append(time.perf_counter() - t)
+    rtt = statistics.median(times[20:])
+    rates = []
+    for _ in range(sends + 1):  # the first one sets the connection's buffers up: left out
+        comm.Barrier()
+        t = time.perf_counter()
+        if comm.rank == 0:
+            comm.Send(block, other), comm.Recv(small, other)
+        else:
+            comm.Recv(block, other), comm.Send(small, other)
+        rates.append(big / max(time.perf_counter() - t - rtt, 1e-9))
+    if comm.rank == 0:
+        print(json.dumps(dict(rtt=rtt, rate=statistics.median(rates[1:]))), flush=True)
+
+
+def launch(hostfile, threads, command, timeout):
+    """``command`` on one rank a host of ``hostfile`` (mpi/launch), bounded: its stdout, or SystemExit."""
+    args = [os.path.join(ROOT, "mpi", "launch"), "-n", "2", "--hostfile", hostfile, "--threads", str(threads),
+            "--timeout", str(timeout), *command]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=checkout_env())
+    if out.returncode:
+        raise SystemExit(f"projection: {' '.join(command[:3])} failed on the pretend hosts:\n"
+                         f"{(out.stdout + out.stderr)[-3000:]}")
+    return out.stdout
+
+
+def cell(hostfile, corpus, modes, epochs, threads, out, timeout):
+    """On the first pretend host: the probe, then a run of each mode; one JSON line of their figures."""
+    found = dict(probe=json.loads(launch(hostfile, 1, [sys.executable, "-m", "hvd_w2v.bench.projection", "--probe"],
+                                         timeout).strip().splitlines()[-1]), runs={})
+    for mode in modes:
+        folder = os.path.join(out, mode)
+        launch(hostfile, threads, ["hvd-w2v", "train", corpus, "--out", folder, "--epochs", str(epochs), "--format",
+                                   "binary", "--show", "", "--quiet", "--overwrite",
+                                   *(["--shards", "0"] if mode == "exact" else [])], timeout)
+        with open(os.path.join(folder, "run.json")) as f:
+            run = json.load(f)
+        found["runs"][mode] = {k: run[k] for k in ("config", "ranks", "seconds", "words_per_second",
+                                                   "bytes_per_word", "exchange_share")}
+    print(json.dumps(found), flush=True)
+
+
+# -- here -----------------------------------------------------------------------------------------------------
+
+def on_hosts(rate, corpus, args):
+    """One cell of the table: the pretend hosts with links at ``rate`` Mb/s (None: not shaped) run :func:`cell`;
+    its figures."""
+    folder = os.path.join(args.out, f"rate-{rate or 'unshaped'}")
+    command = [sys.executable, HOSTS, "--hosts", "2", "--links", *(["--rate", f"{rate:g}"] if rate else []), "--",
+               sys.executable, "-m", "hvd_w2v.bench.projection", "--cell", "HOSTFILE", "--corpus", corpus,
+               "--modes", ",".join(args.modes), "--epochs", str(args.epochs), "--threads", str(args.threads),
+               "--out", folder, "--timeout", str(args.timeout)]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=checkout_env(),
+                             timeout=args.timeout * (1 + len(args.modes)) + 60)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"projection: the pretend hosts at {rate or 'unshaped'} did not finish in time")
+    if out.returncode:
+        raise SystemExit(f"projection: the pretend hosts at {rate or 'unshaped'} failed:\n"
+                         f"{(out.stdout + out.stderr)[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_config(run):
+    """The Config a run trained with (its run.json's ``config``)."""
+    known = {f.name for f in fields(Config)}
+    return Config(**{k: v for k, v in run["config"].items() if k in known})
+
+
+class Planners:
+    """The two planners on one corpus, their compute measured here once per configuration (lazily)."""
+
+    def __init__(self, corpus_path, cfg, say):
+        from ..planning import plan
+
+        self.corpus = plan.open_corpus([corpus_path], cfg, say)
+        self.measured = {}
+
+    def close(self):
+        if self.corpus.folder is not None:
+            self.corpus.folder.cleanup()
+
+    def exact(self, cfg, ranks, threads, network):
+        """plan.py's projection of the exact step: (words/s, bytes sent a word, all ranks)."""
+        from ..planning import localplan, plan
+
+        key = ("exact", cfg)
+        if key not in self.measured:
+            steps = int(np.ceil(len(self.corpus.stream) / cfg.batch_words))
+            self.measured[key] = (plan.measure_compute(self.corpus, cfg, steps // 2, statistic=np.min),
+                                  localplan.measure_exact_other(self.corpus, cfg))
+        compute, around = self.measured[key]
+        row = localplan.exact_plan(self.corpus, cfg, ranks, threads, network, compute, 5, around)
+        return row.words_per_second, row.bytes_per_word
+
+    def shard(self, cfg, ranks, threads, network, samples=2):
+        """localplan's projection of the shard mode at the run's V = ranks x threads and S: (words/s, B/word)."""
+        from ..planning import localplan
+
+        c = replace(cfg, shards=1)  # localplan's nodes host a shard a thread
+        key = ("shard", c, ranks)
+        if key not in self.measured:
+            self.measured[key] = (localplan.measure_thread(self.corpus, c)[0],
+                                  localplan.measure_prepare(self.corpus, c, threads, threads)[0],
+                                  localplan.measure_owner(self.corpus, c, ranks, threads, range(samples), threads)[0])
+        per_position, prepare, rows = self.measured[key]
+        r = localplan.project(self.corpus, c, ranks, threads, cfg.hot_rows, network, per_position, range(samples),
+                              (prepare, rows))
+        return r["words"], r["bytes_per_word"]
+
+
+def table(cells, corpus, say):
+    """The rows of the table: each cell's runs beside the planners' projections of them."""
+    from ..planning import plan
+
+    rows, planners = [], None
+    try:
+        for rate, found in cells:
+            rtt, link = found["probe"]["rtt"], found["probe"]["rate"]
+            network = plan.Network((rate * 1e6 / 8) if rate else link, rtt / 2)
+            for mode, run in found["runs"].items():
+                cfg = run_config(run)
+                threads = max(1, cfg.shards // run["ranks"]) if mode == "shard" else 1
+                if planners is None:
+                    planners = Planners(corpus, cfg, say)
+                planned = (planners.shard(cfg, run["ranks"], threads, network) if mode == "shard"
+                           else planners.exact(cfg, run["ranks"], threads, network))
+                words = run["words_per_second"]
+                sent = run["bytes_per_word"] * words / run["ranks"] / max(run["exchange_share"], 1e-9)  # a rank's B/s
+                rows.append([f"{rate:g} Mb/s" if rate else "unshaped", f"{rtt * 1e6:,.0f}", f"{link / 1e6:,.0f}",
+                             mode, f"{cfg.shards or 0:,}", f"{cfg.superstep:,}" if mode == "shard" else "-",
+                             f"{words:,.0f}", f"{planned[0]:,.0f}", f"{planned[0] / words:.2f}",
+                             f"{run['bytes_per_word']:,.1f}", f"{planned[1]:,.1f}",
+                             f"{planned[1] / run['bytes_per_word']:.3f}" if run["bytes_per_word"] else "-",
+                             f"{sent / 1e6:,.1f}"])
+    finally:
+        if planners is not None:
+            planners.close()
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m hvd_w2v.bench.projection", description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default=os.path.join(ROOT, "data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=150_000, help="the corpus's first LINES lines, 0: all (default: "
+                                                              "%(default)s)")
+    p.add_argument("--rates", default=RATES, help="Mb/s of each host's link, comma-separated (default: %(default)s)")
+    p.add_argument("--no-unshaped", action="store_true", help="leave out the cell of links not shaped")
+    p.add_argument("--modes", default=",".join(MODES), help="exact, shard or both (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="threads of each host's rank (default: %(default)s)")
+    p.add_argument("--timeout", type=int, default=1200, help="seconds a launch may take (default: %(default)s)")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "projection"), help="the runs' folder")
+    p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # on the hosts: the link's probe
+    p.add_argument("--cell", metavar="HOSTFILE", help=argparse.SUPPRESS)  # on the first host: the probe and runs
+    args = p.parse_args(argv)
+    args.modes = [m for m in args.modes.split(",") if m]
+    if args.probe:
+        return probe()
+    if args.cell:
+        return cell(args.cell, args.corpus, args.modes, args.epochs, args.threads, args.out, args.timeout)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        rates = [float(r) for r in args.rates.split(",") if r]
+    except ValueError:
+        p.error(f"--rates takes Mb/s, comma-separated, not {args.rates!r}")
+    if any(r <= 0 for r in rates) or not set(args.modes) <= set(MODES) or not args.modes:
+        p.error(f"--rates must be more than 0 and --modes among {', '.join(MODES)}")
+    if not os.path.exists(HOSTS):
+        raise SystemExit(f"projection: needs the checkout's tests/pretend_hosts.py ({HOSTS})")
+    if not os.path.exists(args.corpus):
+        raise SystemExit(f"projection: no corpus at {args.corpus} (python -m hvd_w2v.realcorpus makes the real one)")
+    os.makedirs(args.out, exist_ok=True)
+    corpus = os.path.join(args.out, "corpus.txt")
+    with open(args.corpus, "rb") as src, open(corpus, "wb") as dst:
+        for i, line in enumerate(src):
+            if args.lines and i >= args.lines:
+                break
+            dst.write(line)
+    cells = []
+    for rate in ([] if args.no_unshaped else [None]) + rates:
+        t = time.monotonic()
+        cells.append((rate, on_hosts(rate, corpus, args)))
+        say(f"projection: {f'{rate:g} Mb/s' if rate else 'unshaped'} ran in {time.monotonic() - t:.0f} s")
+    rows = table(cells, corpus, say)
+    print(f"corpus: {args.corpus}, first {args.lines:,} lines; 2 pretend hosts x 1 rank x {args.threads} "
+          f"thread(s), {args.epochs} epoch(s); RTT: the probe's median round trip (a message's latency: half of "
+          f"it); ratio: planned / run")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
+    print("  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths)))
+    for r in rows:
+        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
