@@ -125,7 +125,8 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
-    paths, voc, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage)
+    paths, voc, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
+                                     tensorboard=tensorboard)
     if tensorboard:
         from .queries import runfolder
 
@@ -220,7 +221,7 @@ def start(cfg=None, threads=None, stall_timeout=None):
     return comm_mod.init(threads, cycle, stall_timeout=stall_timeout)
 
 
-def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None):
+def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None, tensorboard=False):
     """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
     corpus), plan the memory of a job that runs up to ``stage`` (:func:`memory_plan`) and write the vocabulary
     as vocab.txt ("word count" lines, most frequent first) into the folder ``into`` (None: ``out``; train and
@@ -232,7 +233,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     (memory.CountingLimit), and the plan before anything is written to ``out``. ``quiet``: no progress lines
     while the text is read. With the compiled passes, a job that encodes (``stage`` "encode" or "train")
     counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for :func:`encode`
-    (vocab.build's ``numbered``)."""
+    (vocab.build's ``numbered``). ``tensorboard``: training writes TensorBoard scalars (memory_plan's)."""
     from .kernels import native
     from .parallel.comm import log
     from .parallel.shard import RowPlan
@@ -253,7 +254,8 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     if cap:
         passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
         counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes,
-                                        most_readers(paths, comm.size, comm.threads))
+                                        most_readers(paths, comm.size, comm.threads),
+                                        memory.BASELINE_BYTES if tensorflow_loaded() else memory.LEAN_BYTES)
     numbered = None
     if stage != "vocab" and native.text_kernel() is not None:
         from .text.encode import Provisional
@@ -263,7 +265,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
         numbered = Provisional(os.path.join(into or out, "ids"), comm.threads, comm.rank)
     voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered)
     try:
-        the_plan = memory_plan(comm, cfg, voc, paths, cap, stage)
+        the_plan = memory_plan(comm, cfg, voc, paths, cap, stage, bool(tensorboard))
     except BaseException:  # a refusal: the stream counted in one pass is not kept
         if numbered is not None:
             numbered.remove()
@@ -455,9 +457,15 @@ def memory_limit(comm, limit=None):
     return min(found) if found else None
 
 
-def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
+def tensorflow_loaded():
+    """Whether this process has started TensorFlow (a Python user's may have, before hvd_w2v.train): the text
+    passes' memory baseline is then its."""
+    return "tensorflow" in sys.modules
+
+
+def memory_plan(comm, cfg, voc, paths, cap=None, stage="train", tensorboard=False):
     """Print the memory plan (rank 0) of a job that runs up to ``stage`` ("vocab", "encode" or "train":
-    memory.MemoryPlan.peak), and refuse, on every rank, when it does not fit ``cap`` (:func:`memory_limit`'s
+    memory.MemoryPlan.peak; ``tensorboard``: its writer starts TensorFlow), and refuse, on every rank, when it does not fit ``cap`` (:func:`memory_limit`'s
     ``(bytes per rank, source)``, or None). Returns the MemoryPlan. Runs once the vocabulary is counted, before
     the model is allocated and before the output folder is written."""
     from .kernels import native
@@ -470,7 +478,8 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
     text = dict(positions=voc.total, corpus_bytes=corpus_bytes(paths), threads=comm.threads, distinct=voc.distinct,
                 raw_tokens=voc.raw_words, block_distinct=voc.block_distinct,
                 passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON,
-                readers=most_readers(paths, comm.size, comm.threads), one_pass=voc.provisional is not None)
+                readers=most_readers(paths, comm.size, comm.threads), one_pass=voc.provisional is not None,
+                tensorflow=memory.loads_tensorflow(cfg) or tensorboard, loaded=tensorflow_loaded())
     the_plan = memory.plan(voc.size, cfg, comm.size, owned=voc.most_owned, **text)
     for line in the_plan.describe(stage).splitlines():
         log(comm, f"plan: {line}")
@@ -483,7 +492,7 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train"):
             there = memory.plan(voc.size, cfg, need, **text).peak(stage)
             hint = f"the smallest rank count that fits is {need} ({mib(there)} per rank there)"
         else:
-            hint = (f"no rank count fits: the baseline alone is {mib(memory.BASELINE_BYTES)} per rank and "
+            hint = (f"no rank count fits: the baseline alone is {mib(the_plan.baseline)} per rank and "
                     f"the per-word tables {mib(the_plan.tables)}")
         error = (f"memory plan does not fit: {mib(planned)} per rank planned on {counted(comm.size, 'rank')} "
                  f"({voc.size:,} words, dim {cfg.dim}), limit {mib(limit)} per rank from {source}; {hint}")

@@ -109,15 +109,17 @@ def on_hosts(rate, corpus, args):
                sys.executable, "-m", "hvd_w2v.bench.projection", "--cell", "HOSTFILE", "--corpus", corpus,
                "--modes", ",".join(args.modes), "--epochs", str(args.epochs), "--threads", str(args.threads),
                "--out", folder, "--timeout", str(args.timeout)]
+    hosts = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=checkout_env())
     try:
-        out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=checkout_env(),
-                             timeout=args.timeout * (1 + len(args.modes)) + 60)
+        out, err = hosts.communicate(timeout=args.timeout * (1 + len(args.modes)) + 60)
     except subprocess.TimeoutExpired:
+        hosts.terminate()  # pretend_hosts ends its hosts on SIGTERM (a SIGKILL would leave them running)
+        hosts.communicate(timeout=60)
         raise SystemExit(f"projection: the pretend hosts at {rate or 'unshaped'} did not finish in time")
-    if out.returncode:
-        raise SystemExit(f"projection: the pretend hosts at {rate or 'unshaped'} failed:\n"
-                         f"{(out.stdout + out.stderr)[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    if hosts.returncode:
+        raise SystemExit(f"projection: the pretend hosts at {rate or 'unshaped'} failed:\n{(out + err)[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run_config(run):

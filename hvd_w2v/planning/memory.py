@@ -33,6 +33,11 @@ MIB = 1 << 20
 # TensorFlow's shared-library pages are part of it: counted in every rank's RSS, charged once per node by a cgroup.
 # The figures behind this and every constant below: hvd_w2v/bench/README.md, "Memory against the plan".
 BASELINE_BYTES = 429 * MIB
+# The same process before TensorFlow and Horovod start (comm.Comm.horovod, comm.tensorflow start them at their
+# first use): MPI started, one alltoallv:
+#   mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes lean
+# What the text passes run on, and training that needs neither (shard-local SGD without hot rows).
+LEAN_BYTES = 49 * MIB
 
 # What the text passes (vocabulary count, encoding) hold beyond the baseline, by path: the compiled passes
 # (text_kernel.cc, wherever g++ builds it) or Python's loops (the fallback). Fitted on the flat synthetic corpus
@@ -208,14 +213,17 @@ PLAN_BYTES_PER_SLOT = 16
 class MemoryPlan:
     """Expected resident bytes per rank, by component (the most loaded rank: rows rounded up).
 
-    ``total = baseline + max(counting, tables + words + max(encoding, model + step + hot))``: the vocabulary's
-    count is over before its words and tables are made, and the encoding before training allocates the model
-    and the step buffers. The id stream is not in it: each rank reads its positions of every step with pread
-    (encode.TokenStream), into the step's buffers.
+    ``total = max(text_baseline + max(counting, tables + words + encoding), baseline + tables + words + model +
+    step + hot)``: the vocabulary's count is over before its words and tables are made, and the encoding
+    before training allocates the model and the step buffers. The text passes run before TensorFlow and Horovod
+    start (``text_baseline``, LEAN_BYTES, unless the process had loaded them before), training with them when it
+    needs them (``baseline``). The id stream is not in it: each rank reads its positions of every step with
+    pread (encode.TokenStream), into the step's buffers.
     """
 
     ranks: int
-    baseline: int  # the process with its libraries initialised (BASELINE_BYTES, measured)
+    baseline: int  # the process during training: BASELINE_BYTES with TensorFlow and Horovod, else LEAN_BYTES
+    text_baseline: int  # the process during the text passes: LEAN_BYTES, unless TensorFlow was loaded before
     model: int  # W_in and W_out slices and the exchange's SGD count per row: ceil(V/P) rows x (dim + 1) x 4 B x 2
     tables: int  # counts by id as runs (vocab.CountRuns): RUN_BYTES x distinct counts + noise guide + keep head
     words: int  # the words this rank owns once counted: ceil(V/P) x the passes' word bytes (TextPasses.word)
@@ -233,7 +241,7 @@ class MemoryPlan:
 
     @property
     def passes(self):
-        """The text passes' peak above the baseline: the count, or the words and tables with the encoding."""
+        """The text passes' peak above their baseline: the count, or the words and tables with the encoding."""
         return max(self.counting, self.tables + self.words + self.encoding)
 
     @property
@@ -243,16 +251,19 @@ class MemoryPlan:
     def peak(self, stage="train"):
         """The planned peak of a job that runs up to ``stage``: "vocab" (`hvd-w2v vocab`: the count, then its
         words and tables), "encode" (`hvd-w2v encode`: and the encoding) or "train" (the total)."""
-        after = {"vocab": 0, "encode": self.encoding, "train": max(self.encoding, self.training)}[stage]
-        return self.baseline + max(self.counting, self.tables + self.words + after)
+        text = self.text_baseline + max(self.counting, self.tables + self.words
+                                        + (self.encoding if stage != "vocab" else 0))
+        return max(text, self.baseline + self.tables + self.words + self.training) if stage == "train" else text
 
     def describe(self, stage="train"):
         """Two lines, MiB per rank, and a third on training for the ``stage`` "train" (see :meth:`peak`)."""
         m = lambda b: f"{b / MIB:,.0f}"  # noqa: E731
-        after = {"vocab": "", "encode": f" + encoding {m(self.encoding)}",
-                 "train": f" + max(encoding {m(self.encoding)}, training {m(self.training)})"}[stage]
-        lines = [f"{m(self.peak(stage))} MiB per rank on {counted(self.ranks, 'rank')} = baseline {m(self.baseline)} "
-                 f"+ max(counting {m(self.counting)}, tables {m(self.tables)} + words {m(self.words)}{after})",
+        text = (f"baseline {m(self.text_baseline)} + max(counting {m(self.counting)}, tables {m(self.tables)} + words "
+                f"{m(self.words)}{f' + encoding {m(self.encoding)}' if stage != 'vocab' else ''})")
+        if stage == "train":
+            text = (f"max({text}, baseline {m(self.baseline)} + tables {m(self.tables)} + words {m(self.words)} + "
+                    f"training {m(self.training)})")
+        lines = [f"{m(self.peak(stage))} MiB per rank on {counted(self.ranks, 'rank')} = {text}",
                  f"counting {m(self.counting)} = reading {m(self.counting - self.owned)} + hash-owned counts "
                  f"{m(self.owned)} of {self.owned_tokens:,} distinct tokens ({'compiled' if self.compiled else 'Python'}"
                  f" text passes)"]
@@ -319,8 +330,14 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     return STEP_FIXED_BYTES + int(per_slot * slots) + places + 4 * cfg.dim * (tables + copies)
 
 
+def loads_tensorflow(cfg):
+    """Whether training with ``cfg`` starts TensorFlow and Horovod: the exact step's maths is a TensorFlow op,
+    and the hot rows travel by Horovod's allreduce; shard-local SGD without hot rows needs neither."""
+    return not cfg.shards or cfg.hot_rows > 0
+
+
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
-         owned=0, block_distinct=0, passes=COMPILED, readers=1, one_pass=False):
+         owned=0, block_distinct=0, passes=COMPILED, readers=1, one_pass=False, tensorflow=None, loaded=False):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
@@ -333,7 +350,10 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     tokens at most). ``passes``: COMPILED or PYTHON, the text passes that run; ``readers``: the most
     corpus.readers a rank reads on (corpus.most_readers); ``one_pass``: the count has also encoded (the
     Vocab's ``provisional``), so the encoding reads its numbers, not the text (:func:`numbered_bytes`).
+    ``tensorflow``: training starts TensorFlow (None: :func:`loads_tensorflow`; a TensorBoard writer starts it
+    too); ``loaded``: the process had started it before the text passes (a Python user's).
     """
+    tensorflow = loads_tensorflow(cfg) if tensorflow is None else tensorflow
     rows = math.ceil(vocab_size / ranks)
     hot = min(cfg.hot_rows, vocab_size)
     distinct = max(distinct, vocab_size)
@@ -341,7 +361,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     counting = counting_bytes(owned, ranks, threads, corpus_bytes, passes, readers)
     return MemoryPlan(
         ranks=ranks,
-        baseline=BASELINE_BYTES,
+        baseline=BASELINE_BYTES if tensorflow or loaded else LEAN_BYTES,
+        text_baseline=BASELINE_BYTES if loaded else LEAN_BYTES,
         model=rows * (cfg.dim + 1) * 4 * 2,
         tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
                 + KEEP_HEAD_BYTES),
@@ -376,13 +397,15 @@ MAX_RANKS = 1 << 20
 
 
 def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0,
-              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train", readers=1, one_pass=False):
+              raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train", readers=1, one_pass=False,
+              tensorflow=None, loaded=False):
     """The smallest rank count whose plan (its peak up to ``stage``, MemoryPlan.peak) fits ``limit`` bytes per
     rank, or None when none up to MAX_RANKS does (the baseline, the count runs and the step's fixed part do
     not shrink with more ranks)."""
     return fewest_ranks(lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads, distinct,
                                        raw_tokens, block_distinct=block_distinct, passes=passes,
-                                       readers=readers, one_pass=one_pass).peak(stage) <= limit)
+                                       readers=readers, one_pass=one_pass, tensorflow=tensorflow,
+                                       loaded=loaded).peak(stage) <= limit)
 
 
 def fewest_ranks(fits):
@@ -410,7 +433,8 @@ class CountingLimit:
     growth of the owned table, and refuses on every rank with the first message).
 
     ``limit`` bytes per rank from ``source`` (pipeline.memory_limit's), this ``rank`` of ``ranks``
-    with ``threads`` threads, reading ``corpus_bytes`` (None: unknown) with ``passes`` on ``readers`` readers."""
+    with ``threads`` threads, reading ``corpus_bytes`` (None: unknown) with ``passes`` on ``readers`` readers,
+    above ``baseline`` (MemoryPlan.text_baseline's)."""
 
     limit: int
     source: str
@@ -420,10 +444,11 @@ class CountingLimit:
     corpus_bytes: int = None
     passes: TextPasses = COMPILED
     readers: int = 1
+    baseline: int = LEAN_BYTES
 
     def planned(self, owned, ranks=None):
         """The count's planned peak with ``owned`` distinct tokens hash-owned per rank, baseline included."""
-        return BASELINE_BYTES + counting_bytes(owned, ranks or self.ranks, self.threads, self.corpus_bytes,
+        return self.baseline + counting_bytes(owned, ranks or self.ranks, self.threads, self.corpus_bytes,
                                                self.passes, self.readers)
 
     def __call__(self, owned):
@@ -439,11 +464,11 @@ class CountingLimit:
                     f"({mib(self.planned(math.ceil(seen / need), need))} per rank there), more if the rest of the "
                     f"text holds many new ones")
         else:
-            hint = (f"no rank count fits: the baseline alone is {mib(BASELINE_BYTES)} per rank and reading text "
+            hint = (f"no rank count fits: the baseline alone is {mib(self.baseline)} per rank and reading text "
                     f"{mib(counting_bytes(0, MAX_RANKS, self.threads, self.corpus_bytes, self.passes, self.readers))}")
         return (f"memory plan does not fit: counting the vocabulary, rank {self.rank} would hash-own {owned:,} "
                 f"distinct tokens: {mib(planned)} per rank planned on {counted(self.ranks, 'rank')} (baseline "
-                f"{mib(BASELINE_BYTES)} + counting {mib(planned - BASELINE_BYTES)}), limit {mib(self.limit)} per "
+                f"{mib(self.baseline)} + counting {mib(planned - self.baseline)}), limit {mib(self.limit)} per "
                 f"rank from {self.source}; {hint}")
 
 
