@@ -61,7 +61,7 @@ def test_bytes_per_word_are_trainings(corpus, tmp_path, capsys, nranks):
 
 
 def test_sampled_steps_spread_over_the_epoch():
-    assert plan.sampled_steps(100, 5, 1) == [0, 25, 50, 74, 99]
+    assert plan.sampled_steps(100, 5, 1) == [0, 24, 49, 74, 98]  # the last, often short, left out
     assert plan.sampled_steps(3, 20, 1) == [0, 1, 2]
     assert plan.sampled_steps(3, None, 2) == list(range(6))
 

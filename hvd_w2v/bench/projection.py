@@ -13,11 +13,13 @@ train's defaults (the exact step is ``--shards 0``; the shard mode is what train
 run.json gives the words per second of its whole training loop (one job: its start-up left out, its first
 super-steps in) and the bytes it sent a word. Then, here, the planners project each run's layout from the
 run's own configuration: plan.py's model of the exact step (localplan.exact_plan) and localplan.project for
-the shard mode, on a network of the rate (the probe's rate for the unshaped link) with half the probe's round
-trip as a message's latency, their compute timed here as they always are. "ratio" is planned over run.
+the shard mode, on a network of the rate (plan.Network.line: TCP's payload share of it; for the unshaped link
+the probe's rate both ways at once, a payload rate) with half the probe's round trip as a message's latency,
+their compute timed here as they always are. "ratio" is planned over run.
 
-"link MB/s" is what a rank sent while it exchanged (its bytes over its exchange seconds): a shaped link keeps
-it under the rate.
+"sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. (Over the
+exchange's own seconds it can seem faster than the link: the loop prepares steps while the bytes travel,
+and those seconds are not the exchange's.)
 """
 import argparse
 import json
@@ -36,16 +38,17 @@ from . import ROOT, checkout_env
 RATES = "100,300,1000,3000"  # Mb/s: the issue's 0.1 to 3 Gb/s
 MODES = ("exact", "shard")
 HOSTS = os.path.join(ROOT, "tests", "pretend_hosts.py")
-COLUMNS = ["link", "RTT us", "probe MB/s", "mode", "V", "S", "run words/s", "planned words/s", "ratio",
-           "run B/word", "planned B/word", "ratio ", "link MB/s"]
+COLUMNS = ["link", "RTT us", "one way MB/s", "both ways MB/s", "mode", "V", "S", "run words/s", "planned words/s",
+           "ratio", "run B/word", "planned B/word", "ratio ", "sent MB/s"]
 
 
 # -- on the hosts ---------------------------------------------------------------------------------------------
 
 def probe(repeats=200, big=8 << 20, sends=8):
-    """Rank 0 and 1 of MPI_COMM_WORLD: the median round trip (s) of an 8-byte message, after 20 not counted,
-    and the bytes/s of ``sends`` messages of ``big`` bytes from rank 0 to rank 1 (each answered by 8 bytes, one
-    round trip taken off). Rank 0 prints them as JSON."""
+    """Rank 0 and 1 of MPI_COMM_WORLD: the median round trip (s) of an 8-byte message, after 20 not counted;
+    the bytes/s of ``sends`` messages of ``big`` bytes from rank 0 to rank 1 (each answered by 8 bytes, one
+    round trip taken off); and the bytes/s each way of as many exchanges of ``big`` bytes both ways at once
+    (Sendrecv), as the training's exchanges move them. Rank 0 prints them as JSON."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -68,8 +71,15 @@ def probe(repeats=200, big=8 << 20, sends=8):
         else:
             comm.Recv(block, other), comm.Send(small, other)
         rates.append(big / max(time.perf_counter() - t - rtt, 1e-9))
+    both, back = [], np.zeros_like(block)
+    for _ in range(sends + 1):
+        comm.Barrier()
+        t = time.perf_counter()
+        comm.Sendrecv(block, other, recvbuf=back, source=other)
+        both.append(big / (time.perf_counter() - t))
+    both = comm.allreduce(statistics.median(both[1:]), MPI.MIN)
     if comm.rank == 0:
-        print(json.dumps(dict(rtt=rtt, rate=statistics.median(rates[1:]))), flush=True)
+        print(json.dumps(dict(rtt=rtt, rate=statistics.median(rates[1:]), both=both)), flush=True)
 
 
 def launch(hostfile, threads, command, timeout):
@@ -177,8 +187,9 @@ def table(cells, corpus, say):
     rows, planners = [], None
     try:
         for rate, found in cells:
-            rtt, link = found["probe"]["rtt"], found["probe"]["rate"]
-            network = plan.Network((rate * 1e6 / 8) if rate else link, rtt / 2)
+            probe = found["probe"]
+            rtt = probe["rtt"]
+            network = plan.Network.line(rate * 1e6, rtt / 2) if rate else plan.Network(probe["both"], rtt / 2)
             for mode, run in found["runs"].items():
                 cfg = run_config(run)
                 threads = max(1, cfg.shards // run["ranks"]) if mode == "shard" else 1
@@ -187,9 +198,9 @@ def table(cells, corpus, say):
                 planned = (planners.shard(cfg, run["ranks"], threads, network) if mode == "shard"
                            else planners.exact(cfg, run["ranks"], threads, network))
                 words = run["words_per_second"]
-                sent = run["bytes_per_word"] * words / run["ranks"] / max(run["exchange_share"], 1e-9)  # a rank's B/s
-                rows.append([f"{rate:g} Mb/s" if rate else "unshaped", f"{rtt * 1e6:,.0f}", f"{link / 1e6:,.0f}",
-                             mode, f"{cfg.shards or 0:,}", f"{cfg.superstep:,}" if mode == "shard" else "-",
+                sent = run["bytes_per_word"] * words / run["ranks"]  # a rank's bytes a second, over the run
+                rows.append([f"{rate:g} Mb/s" if rate else "unshaped", f"{rtt * 1e6:,.0f}",
+                             f"{probe['rate'] / 1e6:,.0f}", f"{probe['both'] / 1e6:,.0f}", mode, f"{cfg.shards or 0:,}", f"{cfg.superstep:,}" if mode == "shard" else "-",
                              f"{words:,.0f}", f"{planned[0]:,.0f}", f"{planned[0] / words:.2f}",
                              f"{run['bytes_per_word']:,.1f}", f"{planned[1]:,.1f}",
                              f"{planned[1] / run['bytes_per_word']:.3f}" if run["bytes_per_word"] else "-",

@@ -358,7 +358,7 @@ def main(argv=None):
     p.add_argument("--substep", default="auto",
                    help="with hot rows: positions of each shard between their merges K, comma-separated (train's "
                         "--substep; auto: once a super-step; default: %(default)s)")
-    p.add_argument("--bandwidth", default="25,100", help="Gb/s per node, comma-separated (default: %(default)s)")
+    p.add_argument("--bandwidth", default="25,100", help="Gb/s per node's link, its line rate, comma-separated (default: %(default)s)")
     p.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
     p.add_argument("--samples", type=int, default=2, help="super-steps sampled per row (default: %(default)s)")
     p.add_argument("--exact-steps", type=int, default=5,
@@ -396,13 +396,13 @@ def main(argv=None):
         exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2,
                                              statistic=np.min) if args.exact_steps else None
         exact_around = measure_exact_other(corpus, cfg) if args.exact_steps else None
-        alone, alone_how = measure_alone(corpus, cfg, plan.Network(max(bandwidths) * 1e9 / 8, args.latency * 1e-6),
+        alone, alone_how = measure_alone(corpus, cfg, plan.Network.line(max(bandwidths) * 1e9, args.latency * 1e-6),
                                          exact_compute, exact_around, args.exact_steps)
         say(f"localplan: {alone_how}")
         rows, measured, exacts = [], {}, {}  # compute per S; the exact step's words/s per (Gb/s, P), S-free
         for spec in supersteps:
             for gbps in bandwidths:
-                network = plan.Network(gbps * 1e9 / 8, args.latency * 1e-6)
+                network = plan.Network.line(gbps * 1e9, args.latency * 1e-6)
                 for n in nodes:
                     s = superstep_for(n * args.threads) if spec == "auto" else spec
                     # train's merge for the row's V and S

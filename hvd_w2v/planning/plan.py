@@ -205,10 +205,16 @@ class Traffic:
 
 # -- the time model ------------------------------------------------------------------------------------------
 
+# The payload a TCP connection carries on an Ethernet link of a given line rate, at MTU 1,500: 1,448 bytes of
+# data (40 of IP and TCP headers, 12 of TCP timestamps) in 1,538 on the wire (14 of Ethernet header, 4 of FCS,
+# 8 of preamble, 12 of interframe gap). hvd_w2v/bench/README.md, "Checked against runs", measured it.
+PAYLOAD_SHARE = 1448 / 1538
+
+
 @dataclass(frozen=True)
 class Network:
-    """A step's communication time, as a model: ``bandwidth`` (B/s, each rank's link, full duplex) and
-    ``latency`` (s per message).
+    """A step's communication time, as a model: ``bandwidth`` (B/s of payload, each rank's link, full duplex:
+    :meth:`line` from a link's line rate) and ``latency`` (s per message).
 
     A stage (an alltoallv) takes, on each rank, latency x max(messages it sends, messages it receives) +
     max(bytes it sends, bytes it receives) / bandwidth, and ends when its slowest rank's part does (the ranks
@@ -222,6 +228,11 @@ class Network:
 
     bandwidth: float
     latency: float
+
+    @classmethod
+    def line(cls, bits_per_second, latency):
+        """A link of ``bits_per_second`` on the wire: the payload TCP carries on it (PAYLOAD_SHARE)."""
+        return cls(bits_per_second / 8 * PAYLOAD_SHARE, latency)
 
     def stage(self, msgs_out, msgs_in, bytes_out, bytes_in):
         return float(np.max(self.latency * np.maximum(msgs_out, msgs_in)
@@ -349,10 +360,14 @@ def summarise(batch_words, ranks, hot, planned, cfg, corpus, network, compute, e
 
 def sampled_steps(epoch_steps, steps, epochs):
     """Global steps to plan: ``steps`` spread evenly over the first epoch, or every step of ``epochs`` epochs
-    (``steps`` None)."""
+    (``steps`` None). A sample of fewer steps than the epoch's stands for its full steps, so it leaves out the
+    last, which is short whenever the stream is not a multiple of the step: counted as a whole step, it made a
+    small sample's bytes per word fewer than a run sends (hvd_w2v/bench/README.md, "Checked against runs")."""
     if steps is None:
         return list(range(epoch_steps * epochs))
-    return sorted(set(np.linspace(0, epoch_steps - 1, min(steps, epoch_steps)).round().astype(int).tolist()))
+    if steps >= epoch_steps:
+        return list(range(epoch_steps))
+    return sorted(set(np.linspace(0, epoch_steps - 2, steps).round().astype(int).tolist()))
 
 
 # -- the command ---------------------------------------------------------------------------------------------
@@ -398,7 +413,8 @@ def add_arguments(p):
     arch.add_argument("--sg", dest="sg", action="store_const", const=True, default=None, help="skip-gram (default)")
     arch.add_argument("--cbow", dest="sg", action="store_const", const=False, help="CBOW")
     m = p.add_argument_group("the time model")
-    m.add_argument("--bandwidth", type=float, default=100.0, help="Gb/s per rank's link (default: %(default)s)")
+    m.add_argument("--bandwidth", type=float, default=100.0, help="Gb/s per rank's link, its line rate (TCP carries plan.PAYLOAD_SHARE of it; default: "
+                                                            "%(default)s)")
     m.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
     m.add_argument("--compute-us-per-position", type=float, default=None,
                    help="a rank's step maths per corpus position, instead of timing the compiled step here")
@@ -438,7 +454,7 @@ def run(args):
     try:
         if max(ranks) > corpus.vocab.size:
             raise UserError(f"--ranks {max(ranks)} is more than the {corpus.vocab.size:,} words of the vocabulary")
-        network = Network(args.bandwidth * 1e9 / 8, args.latency * 1e-6)
+        network = Network.line(args.bandwidth * 1e9, args.latency * 1e-6)
         if args.compute_us_per_position is not None:
             compute = Compute(args.compute_us_per_step * 1e-6, args.compute_us_per_position * 1e-6,
                               "given (--compute-us-per-position, --compute-us-per-step)")
