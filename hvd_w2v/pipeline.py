@@ -465,9 +465,9 @@ def tensorflow_loaded():
 
 def memory_plan(comm, cfg, voc, paths, cap=None, stage="train", tensorboard=False):
     """Print the memory plan (rank 0) of a job that runs up to ``stage`` ("vocab", "encode" or "train":
-    memory.MemoryPlan.peak; ``tensorboard``: its writer starts TensorFlow), and refuse, on every rank, when it does not fit ``cap`` (:func:`memory_limit`'s
-    ``(bytes per rank, source)``, or None). Returns the MemoryPlan. Runs once the vocabulary is counted, before
-    the model is allocated and before the output folder is written."""
+    memory.MemoryPlan.peak; ``tensorboard``: its writer starts TensorFlow), and refuse, on every rank, when it
+    does not fit ``cap`` (:func:`memory_limit`'s ``(bytes per rank, source)``, or None). Returns the MemoryPlan.
+    Runs once the vocabulary is counted, before the model is allocated and before the output folder is written."""
     from .kernels import native
     from .parallel.comm import log
     from .planning import memory

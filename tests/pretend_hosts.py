@@ -80,7 +80,8 @@ for i, spec in enumerate(hosts):
     ready = "" if rate != "none" else f" && mv {folder}/hosts/{host}.pid.tmp {folder}/hosts/{host}.pid"
     subprocess.Popen(["unshare", "--uts", "--mount", *(["--net"] if rate != "none" else []), "--propagation",
                       "private", "sh", "-c",
-                      f"hostname {host}{mounts} && echo $$ > {folder}/hosts/{host}.pid.tmp{ready} && exec sleep infinity"])
+                      f"hostname {host}{mounts} && echo $$ > {folder}/hosts/{host}.pid.tmp{ready} && "
+                      f"exec sleep infinity"])
     if rate == "none":
         continue
     tmp = f"{folder}/hosts/{host}.pid.tmp"

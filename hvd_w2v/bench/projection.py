@@ -200,7 +200,8 @@ def table(cells, corpus, say):
                 words = run["words_per_second"]
                 sent = run["bytes_per_word"] * words / run["ranks"]  # a rank's bytes a second, over the run
                 rows.append([f"{rate:g} Mb/s" if rate else "unshaped", f"{rtt * 1e6:,.0f}",
-                             f"{probe['rate'] / 1e6:,.0f}", f"{probe['both'] / 1e6:,.0f}", mode, f"{cfg.shards or 0:,}", f"{cfg.superstep:,}" if mode == "shard" else "-",
+                             f"{probe['rate'] / 1e6:,.0f}", f"{probe['both'] / 1e6:,.0f}", mode, f"{cfg.shards or 0:,}",
+                             f"{cfg.superstep:,}" if mode == "shard" else "-",
                              f"{words:,.0f}", f"{planned[0]:,.0f}", f"{planned[0] / words:.2f}",
                              f"{run['bytes_per_word']:,.1f}", f"{planned[1]:,.1f}",
                              f"{planned[1] / run['bytes_per_word']:.3f}" if run["bytes_per_word"] else "-",

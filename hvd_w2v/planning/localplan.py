@@ -192,8 +192,9 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     ``work_threads`` threads, projected to ``threads`` by :func:`on_node`): the rows every node asks of it and
     their deltas, one source a node, from every node's StepPlan at the ``samples`` (sampled super-steps), so
     that a row several nodes touch comes from each, as it does in training. Seconds, the busiest of
-    SAMPLED_NODES owners at each sample, averaged over the samples; and how they were measured. Every row counts, hot or not: with --hot-rows H the hot rows' add is the
-    allreduce's, so the figure is an upper bound there.
+    SAMPLED_NODES owners at each sample, averaged over the samples; and how they were measured. Every row
+    counts, hot or not: with --hot-rows H the hot rows' add is the allreduce's, so the figure is an upper bound
+    there.
 
     The keys are placed in the model by a fixed permutation (:func:`_model`): far apart, as the rows of a
     large slice are, and shared among the threads as an owner's local rows are. (By their global keys, the
@@ -358,7 +359,8 @@ def main(argv=None):
     p.add_argument("--substep", default="auto",
                    help="with hot rows: positions of each shard between their merges K, comma-separated (train's "
                         "--substep; auto: once a super-step; default: %(default)s)")
-    p.add_argument("--bandwidth", default="25,100", help="Gb/s per node's link, its line rate, comma-separated (default: %(default)s)")
+    p.add_argument("--bandwidth", default="25,100",
+                   help="Gb/s per node's link, its line rate, comma-separated (default: %(default)s)")
     p.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
     p.add_argument("--samples", type=int, default=2, help="super-steps sampled per row (default: %(default)s)")
     p.add_argument("--exact-steps", type=int, default=5,
@@ -445,7 +447,8 @@ def main(argv=None):
               f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
               f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's "
-              f"work around it timed on 1 and {counted(args.node_threads, 'thread')}, projected to {args.threads}; rows and deltas between nodes as "
+              f"work around it timed on 1 and {counted(args.node_threads, 'thread')}, projected to {args.threads}; "
+              f"rows and deltas between nodes as "
               f"{args.wire}; exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
               + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out")

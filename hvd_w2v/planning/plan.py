@@ -413,8 +413,9 @@ def add_arguments(p):
     arch.add_argument("--sg", dest="sg", action="store_const", const=True, default=None, help="skip-gram (default)")
     arch.add_argument("--cbow", dest="sg", action="store_const", const=False, help="CBOW")
     m = p.add_argument_group("the time model")
-    m.add_argument("--bandwidth", type=float, default=100.0, help="Gb/s per rank's link, its line rate (TCP carries plan.PAYLOAD_SHARE of it; default: "
-                                                            "%(default)s)")
+    m.add_argument("--bandwidth", type=float, default=100.0,
+                   help="Gb/s per rank's link, its line rate (TCP carries plan.PAYLOAD_SHARE of it; default: "
+                        "%(default)s)")
     m.add_argument("--latency", type=float, default=2.0, help="microseconds per message (default: %(default)s)")
     m.add_argument("--compute-us-per-position", type=float, default=None,
                    help="a rank's step maths per corpus position, instead of timing the compiled step here")
