@@ -203,17 +203,22 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     (model, place), counts = _model(corpus.vocab.size, cfg.dim), sorted({1, work_threads})
     carrier = cfg.wire if nodes > 1 else "float32"  # one node sends nothing
     busiest, entries, distinct = {n: [] for n in counts}, [], []
+    owners = sampled_nodes(nodes)
     for at in samples:
-        steps = [node_step(corpus, cfg, nodes, threads, 0, q, at) for q in range(nodes)]
-        ends = [np.cumsum(step.owned) for step in steps]
+        asked = {owner: ([], [], []) for owner in owners}  # each node's keys, their SGD counts, how many
+        for q in range(nodes):  # a node's StepPlan at a time: a thousand of them outgrew 24 GiB
+            step = node_step(corpus, cfg, nodes, threads, 0, q, at)
+            ends = np.cumsum(step.owned)
+            for owner in owners:
+                part = slice(ends[owner] - step.owned[owner], ends[owner])
+                for got, value in zip(asked[owner], (step.keys[part], step.sgd[part], part.stop - part.start)):
+                    got.append(value)
         seconds = {n: [] for n in counts}
-        for owner in sampled_nodes(nodes):
-            parts = [slice(e[owner] - step.owned[owner], e[owner]) for step, e in zip(steps, ends)]
-            keys = place[np.concatenate([step.keys[p] for step, p in zip(steps, parts)])]
-            sgd = np.concatenate([step.sgd[p] for step, p in zip(steps, parts)])
+        for owner in owners:
+            keys, sgd, sizes = asked[owner]
+            keys, sgd = place[np.concatenate(keys)], np.concatenate(sgd)
             for n in counts:
-                seconds[n].append(_owner_seconds(model, keys, [p.stop - p.start for p in parts], sgd,
-                                                 merge_rule(cfg, n), n, carrier))
+                seconds[n].append(_owner_seconds(model, keys, sizes, sgd, merge_rule(cfg, n), n, carrier))
             entries.append(len(keys))
             distinct.append(len(np.unique(keys)))
         for n in counts:
