@@ -118,41 +118,47 @@ def _model(words, dim):
     return rng.uniform(-0.5, 0.5, (2 * words, dim)).astype(np.float32) / dim, rng.permutation(2 * words)
 
 
-def _examples_seconds(corpus, cfg, ranges, threads, repeats=9):
-    """Seconds on ``threads`` threads here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a shard
-    each; batches.build_ranges) and their table of unique rows with the shards touching each row
-    (localsgd.superstep_plan): the least of ``repeats`` rounds, the first left out (it allocates)."""
-    voc, times = corpus.vocab, []
+def _examples_seconds(corpus, cfg, ranges, counts, repeats=9):
+    """Seconds on each of ``counts`` threads here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a
+    shard each; batches.build_ranges) and their table of unique rows with the shards touching each row
+    (localsgd.superstep_plan): {threads: the least of ``repeats`` rounds}, the first left out (it allocates).
+    A round times every count in turn, so that a shared machine's moods fall on them alike (one count's
+    rounds after the other's moved the speed-up from 1 to 2 threads, and on_node's projection, from run to
+    run)."""
+    voc, times = corpus.vocab, {n: [] for n in counts}
     for _ in range(repeats + 1):
-        t = time.perf_counter()
-        batch, counts = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, threads)
-        superstep_plan(batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64), RowPlan(voc.size, 1), 0,
-                       cfg.sg, threads)
-        times.append(time.perf_counter() - t)
-    return float(np.min(times[1:]))
+        for n in counts:
+            t = time.perf_counter()
+            batch, sizes = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, n)
+            superstep_plan(batch, np.cumsum(np.concatenate(([0], sizes)), dtype=np.int64), RowPlan(voc.size, 1), 0,
+                           cfg.sg, n)
+            times[n].append(time.perf_counter() - t)
+    return {n: float(np.min(t[1:])) for n, t in times.items()}
 
 
-def _owner_seconds(model, keys, counts, sgd, merge, threads, carrier="float32", repeats=9):
-    """Seconds on ``threads`` threads here of an owner's rows' work in one step: the gather of the rows ``keys``
-    (int64, source after source, ``counts[s]`` from source s) out of ``model`` into the form they travel in
-    (the wire ``carrier``'s take), and the add of as many delta rows, each summing ``sgd`` SGD updates, by
-    ``merge`` (the rule's ``sources`` on ``threads``: loop.CappedAdd, localsgd.merge_rule), as received
-    (native.Blocks, in the wire's form). The least of ``repeats`` rounds, the first left out."""
-    carrier = wire.of(carrier, threads)
+def _owner_seconds(model, keys, counts, sgd, merges, carrier="float32", repeats=9):
+    """Seconds here of an owner's rows' work in one step on each of ``merges`` ({threads: the rule's merge on
+    them}: loop.CappedAdd, localsgd.merge_rule): the gather of the rows ``keys`` (int64, source after source,
+    ``counts[s]`` from source s) out of ``model`` into the form they travel in (the wire ``carrier``'s take),
+    and the add of as many delta rows, each summing ``sgd`` SGD updates, by the merge's ``sources``, as
+    received (native.Blocks, in the wire's form). {threads: the least of ``repeats`` rounds}, the first left
+    out; a round times every thread count in turn (:func:`_examples_seconds`)."""
     total = np.zeros(len(model), np.float32)  # the owner's scratch (exchange.Exchange.sgd)
-    rows = carrier.empty((len(keys), model.shape[1]))
-    received = carrier.empty((len(keys), model.shape[1]))
-    sent = carrier.encode(model[keys] * np.float32(1e-6))  # deltas of the rows' size: the model keeps its scale
-    times = []
+    carriers = {n: wire.of(carrier, n) for n in merges}
+    rows = {n: c.empty((len(keys), model.shape[1])) for n, c in carriers.items()}
+    received = {n: c.empty((len(keys), model.shape[1])) for n, c in carriers.items()}
+    sent = {n: c.encode(model[keys] * np.float32(1e-6)) for n, c in carriers.items()}  # deltas of the rows' size
+    times = {n: [] for n in merges}
     for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        carrier.take(model, keys, rows)
-        t1 = time.perf_counter()
-        received[...] = sent  # as they arrive
-        t2 = time.perf_counter()
-        merge.sources(model, keys, native.Blocks(received, counts), sgd, total)
-        times.append(t1 - t0 + time.perf_counter() - t2)
-    return float(np.min(times[1:]))
+        for n, merge in merges.items():
+            t0 = time.perf_counter()
+            carriers[n].take(model, keys, rows[n])
+            t1 = time.perf_counter()
+            received[n][...] = sent[n]  # as they arrive
+            t2 = time.perf_counter()
+            merge.sources(model, keys, native.Blocks(received[n], counts), sgd, total)
+            times[n].append(t1 - t0 + time.perf_counter() - t2)
+    return {n: float(np.min(t[1:])) for n, t in times.items()}
 
 
 def on_node(seconds, threads):
@@ -180,7 +186,7 @@ def measure_prepare(corpus, cfg, threads, work_threads):
     all its threads as training builds them: timed here on 1 and ``work_threads`` threads and projected to
     ``threads`` (:func:`on_node`). Seconds, and how they were measured."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0)
-    seconds = {n: _examples_seconds(corpus, cfg, ranges, n) for n in sorted({1, work_threads})}
+    seconds = _examples_seconds(corpus, cfg, ranges, sorted({1, work_threads}))
     projected, f = on_node(seconds, threads)
     return projected, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
                        f"{_on_node_how(seconds, threads, f)} (least of 9)")
@@ -217,8 +223,9 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
         for owner in owners:
             keys, sgd, sizes = asked[owner]
             keys, sgd = place[np.concatenate(keys)], np.concatenate(sgd)
-            for n in counts:
-                seconds[n].append(_owner_seconds(model, keys, sizes, sgd, merge_rule(cfg, n), n, carrier))
+            for n, t in _owner_seconds(model, keys, sizes, sgd, {n: merge_rule(cfg, n) for n in counts},
+                                       carrier).items():
+                seconds[n].append(t)
             entries.append(len(keys))
             distinct.append(len(np.unique(keys)))
         for n in counts:
@@ -241,7 +248,7 @@ def measure_exact_other(corpus, cfg):
     for p in (32, cfg.batch_words):
         batch = batches.build(corpus.stream, voc, cfg, 0, lo, min(len(corpus.stream), lo + p))
         step = StepPlan.of(batch, RowPlan(voc.size, 1), 0, cfg.sg, 1)
-        seconds[p] = _owner_seconds(model, step.keys, [len(step.keys)], step.sgd, CappedAdd(cfg.update_cap), 1)
+        seconds[p] = _owner_seconds(model, step.keys, [len(step.keys)], step.sgd, {1: CappedAdd(cfg.update_cap)})[1]
     per_position = max(0.0, (seconds[cfg.batch_words] - seconds[32]) / (cfg.batch_words - 32))
     per_step = max(0.0, seconds[32] - 32 * per_position)
     return plan.Compute(per_step, per_position, f"its rows' gather and add for 32 and {cfg.batch_words:,} "
@@ -262,7 +269,7 @@ def measure_alone(corpus, cfg, network, exact_compute=None, exact_around=None, e
                 merge_clip=MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip)
     per_position = measure_thread(corpus, c)[0]
     lo = len(corpus.stream) // 2
-    prepare = _examples_seconds(corpus, c, [(lo, min(len(corpus.stream), lo + c.superstep))], 1)
+    prepare = _examples_seconds(corpus, c, [(lo, min(len(corpus.stream), lo + c.superstep))], [1])[1]
     rows = measure_owner(corpus, c, 1, 1, range(1), 1)[0]
     sgd = project(corpus, c, 1, 1, 0, network, per_position, [], (prepare, rows))["words"]
     found = [(sgd, f"sequential SGD on one shard, S = {c.superstep:,}")]
