@@ -207,7 +207,7 @@ class Traffic:
 
 # The payload a TCP connection carries on an Ethernet link of a given line rate, at MTU 1,500: 1,448 bytes of
 # data (40 of IP and TCP headers, 12 of TCP timestamps) in 1,538 on the wire (14 of Ethernet header, 4 of FCS,
-# 8 of preamble, 12 of interframe gap). hvd_w2v/bench/README.md, "Checked against runs", measured it.
+# 8 of preamble, 12 of interframe gap). hvd_w2v/bench/README.md, "The projection checked against runs", measured it.
 PAYLOAD_SHARE = 1448 / 1538
 
 
@@ -362,7 +362,8 @@ def sampled_steps(epoch_steps, steps, epochs):
     """Global steps to plan: ``steps`` spread evenly over the first epoch, or every step of ``epochs`` epochs
     (``steps`` None). A sample of fewer steps than the epoch's stands for its full steps, so it leaves out the
     last, which is short whenever the stream is not a multiple of the step: counted as a whole step, it made a
-    small sample's bytes per word fewer than a run sends (hvd_w2v/bench/README.md, "Checked against runs")."""
+    small sample's bytes per word fewer than a run sends (hvd_w2v/bench/README.md, "The projection checked
+    against runs")."""
     if steps is None:
         return list(range(epoch_steps * epochs))
     if steps >= epoch_steps:
