@@ -289,6 +289,9 @@ def add_train_options(p):
     g.add_argument("--dim", type=int, default=d.dim, help="vector width (default: %(default)s)")
     g.add_argument("--window", type=int, default=d.window, help="max context distance (default: %(default)s)")
     g.add_argument("--negative", type=int, default=d.negative, help="noise words per centre (default: %(default)s)")
+    g.add_argument("--ns-exponent", type=float, default=d.ns_exponent,
+                   help="noise words drawn by count^this: 1 by frequency, 0 uniformly (gensim's ns_exponent; "
+                        "default: %(default)s)")
     g.add_argument("--sample", type=float, default=d.sample, help="subsampling threshold (default: %(default)s)")
     g.add_argument("--epochs", type=int, default=d.epochs, help="passes over the corpus (default: %(default)s)")
     g.add_argument("--alpha", type=float, default=d.alpha, help="initial learning rate (default: %(default)s)")

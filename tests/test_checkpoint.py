@@ -281,6 +281,22 @@ def test_a_checkpoint_of_another_run_is_refused_and_kept(corpus, periodic, tmp_p
     assert checkpoints(tmp_path) == ["step-000000070", "step-000000075"]
 
 
+def test_a_checkpoint_of_another_noise_exponent_is_refused_and_an_older_one_reads_as_word2vec_s():
+    """--ns-exponent is part of what an exact resume shares; a manifest from before the option ran 0.75."""
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.common.errors import UserError
+    from hvd_w2v.store import checkpoint as ck
+
+    m = dict(version=ck.VERSION, dim=100, config=Config().settled(1, 1).to_dict())
+    ck.check_settings("step-1", m, Config(ns_exponent=0.75).settled(1, 1))
+    with pytest.raises(UserError, match="was written with --ns-exponent 0.75, this run has 0.5"):
+        ck.check_settings("step-1", m, Config(ns_exponent=0.5).settled(1, 1))
+    del m["config"]["ns_exponent"]
+    ck.check_settings("step-1", m, Config().settled(1, 1))
+    with pytest.raises(UserError, match="--ns-exponent 0.75, this run has 1.0"):
+        ck.check_settings("step-1", m, Config(ns_exponent=1.0).settled(1, 1))
+
+
 def _tmpfs(path, size):
     path.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,

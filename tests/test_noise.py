@@ -1,5 +1,7 @@
-"""Noise words: vocab.CountRuns.draw_noise, the inverse CDF of unigram^0.75 read from runs of equal counts."""
+"""Noise words: vocab.CountRuns.draw_noise, the inverse CDF of count^ns_exponent (word2vec's 0.75) read from runs
+of equal counts."""
 import numpy as np
+import pytest
 
 from hvd_w2v.text.vocab import NOISE_POWER, CountRuns
 
@@ -26,8 +28,10 @@ def test_draws_equal_a_binary_search_of_the_cdf():
     assert np.array_equal(r.draw_noise(u.reshape(-1, 1)).ravel(), expected)  # any shape
 
 
-def test_each_word_is_drawn_in_proportion_to_its_count_to_the_power():
-    r = CountRuns(np.array([1000, 100, 10]), np.array([1, 2, 3]), 1e-3)  # ids 0; 1, 2; 3, 4, 5
+@pytest.mark.parametrize("exponent", [NOISE_POWER, 1.0, 0.0, -0.5])
+def test_each_word_is_drawn_in_proportion_to_its_count_to_the_power(exponent):
+    """--ns-exponent (gensim's ns_exponent): 1 by frequency, 0 every word alike, below 0 rare words more."""
+    r = CountRuns(np.array([1000, 100, 10]), np.array([1, 2, 3]), 1e-3, exponent)  # ids 0; 1, 2; 3, 4, 5
     drawn = np.bincount(r.draw_noise(np.random.default_rng(2).random(600_000)), minlength=6) / 600_000
-    weight = np.array([1000, 100, 100, 10, 10, 10]) ** NOISE_POWER
+    weight = np.array([1000, 100, 100, 10, 10, 10], np.float64) ** exponent
     np.testing.assert_allclose(drawn, weight / weight.sum(), atol=3e-3)

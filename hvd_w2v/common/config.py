@@ -34,7 +34,10 @@ class Config:
 
     dim: int = 100  # embedding width (columns of W_in and W_out), 1..10000
     window: int = 5  # maximum distance between centre and context; the reduced window is drawn in [1, window]
-    negative: int = 5  # noise words per centre, drawn from unigram^0.75; shared by the centre's whole window
+    negative: int = 5  # noise words per centre, drawn from unigram^ns_exponent; shared by the centre's whole window
+    # The noise distribution's exponent (gensim's ns_exponent): 0.75 is word2vec's, 1 samples by frequency, 0 every
+    # word alike, below 0 rare words more (tuned in item2vec-like uses).
+    ns_exponent: float = 0.75
     min_count: int = 5  # words seen fewer times are dropped from the vocabulary
     max_vocab_size: int = 0  # keep at most this many words, the most frequent (0: no limit); ties at the cut go
     sample: float = 1e-3  # subsampling threshold for frequent words (0: off), as word2vec.c
@@ -108,6 +111,7 @@ class Config:
             (1 <= self.dim <= 10000, f"--dim must be in 1..10000, got {self.dim}"),
             (1 <= self.window <= 100, f"--window must be in 1..100, got {self.window}"),
             (1 <= self.negative <= 100, f"--negative must be in 1..100, got {self.negative}"),
+            (-10 <= self.ns_exponent <= 10, f"--ns-exponent must be in -10..10, got {self.ns_exponent}"),
             (self.min_count >= 1, f"--min-count must be at least 1, got {self.min_count}"),
             (self.max_vocab_size >= 0, f"--max-vocab-size must be 0 (no limit) or more, got {self.max_vocab_size}"),
             (0 <= self.sample < 1, f"--sample must be in [0, 1), got {self.sample}"),

@@ -2,8 +2,9 @@
 // the step's positions and its [centres, 2 window] blocks, these make one or two (the profile in
 // hvd_w2v/bench/README.md, "Where the time goes, 1 rank").
 //   hvd_w2v_build: batches.build (subsampling, reduced windows, contexts within the sentence and the span,
-//     noise words from the unigram^0.75 runs). Every draw is rng.py's counter-based generator and every float
-//     operation the one numpy does, in the same order and precision: the same examples, bit for bit.
+//     noise words from the runs' count^ns_exponent weights). Every draw is rng.py's counter-based generator
+//     and every float operation the one numpy does, in the same order and precision: the same examples, bit for
+//     bit.
 //   hvd_w2v_build_ranges: the same over several ranges at once (localsgd's shards), a range a thread.
 //   hvd_w2v_step_plan: loop.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
 //     owner (within an owner, by a class of keys that splits the work over the threads), each example's slots

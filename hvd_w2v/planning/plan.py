@@ -132,7 +132,7 @@ def _run_folder(path, cfg):
     # Ids are in count order, so the words of one count are one run (vocab.CountRuns), as agree_ids builds it.
     distinct, starts = np.unique(-counts, return_index=True)
     lengths = np.diff(np.append(starts, len(counts)))
-    voc = Vocab(CountRuns(-distinct, lengths, cfg.sample), stream.raw_words, {}, [], [])
+    voc = Vocab(CountRuns(-distinct, lengths, cfg.sample, cfg.ns_exponent), stream.raw_words, {}, [], [])
     return Corpus(stream, voc, f"{path} (vocab.txt and ids/)")
 
 

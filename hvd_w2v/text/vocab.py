@@ -61,7 +61,7 @@ from ..kernels import native
 from ..parallel.shard import RowPlan
 from . import corpus
 
-NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise: flattens the distribution towards rare words
+NOISE_POWER = 0.75  # word2vec's unigram^0.75 noise (Config.ns_exponent's default): flattens it towards rare words
 
 # Distinct words a rank's partial Counter may hold before it joins a round that sends them to their owners.
 # Small next to a rank's share of a vocabulary worth spreading (a million words and more) and to the text
@@ -136,19 +136,19 @@ class CountRuns:
     """Every word's corpus count, by id, in O(distinct counts) memory, the same on every rank.
 
     Ids are in count order (descending), so the words of one count hold consecutive ids: a *run*. The
-    subsampling keep-probability and the unigram^0.75 noise weight depend on the count alone, so both are
+    subsampling keep-probability and the noise weight (count^ns_exponent) depend on the count alone, so both are
     answered from the runs with no per-word table. A corpus of T tokens has fewer than sqrt(2 T) distinct
     counts (2,000 here for the 15M-token real corpus; under 1.5 million for a trillion tokens).
     """
 
-    def __init__(self, counts, lengths, sample):
+    def __init__(self, counts, lengths, sample, ns_exponent=NOISE_POWER):
         self.counts = np.asarray(counts, np.int64)  # int64[D]: the distinct counts, descending
         self.starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)  # int64[D + 1]: first id of each
         self.size = int(self.starts[-1])  # V
         self.total = int((self.counts * np.diff(self.starts)).sum())  # occurrences of the kept words
         self.keep_by_run = keep_probability(self.counts, self.total, sample)
         self.keep_head = self.keep(np.arange(min(self.size, KEEP_HEAD)))  # float32, the same values
-        self.weight = self.counts.astype(np.float64) ** NOISE_POWER  # each word's noise weight, by run
+        self.weight = self.counts.astype(np.float64) ** ns_exponent  # each word's noise weight, by run
         self.cum = np.concatenate(([0.0], np.cumsum(self.weight * np.diff(self.starts))))  # before each run
         # The run of each bucket's left edge, less one: a lower bound for every draw in it, float rounding too.
         edges = np.arange(GUIDE) * (self.cum[-1] / GUIDE)
@@ -166,7 +166,7 @@ class CountRuns:
         return self.keep_by_run[self.run(ids)]
 
     def draw_noise(self, uniforms):
-        """Noise word ids for uniforms in [0, 1): the inverse CDF of unigram^0.75, run by run."""
+        """Noise word ids for uniforms in [0, 1): the inverse CDF of count^ns_exponent, run by run."""
         u = np.asarray(uniforms)
         x = u * self.cum[-1]
         last = len(self.counts) - 1
@@ -222,7 +222,7 @@ class Vocab:
         return self.runs.keep(ids)
 
     def draw_noise(self, uniforms):
-        """Noise word ids for uniforms in [0, 1): inverse CDF of unigram^0.75."""
+        """Noise word ids for uniforms in [0, 1): inverse CDF of count^ns_exponent (CountRuns)."""
         return self.runs.draw_noise(uniforms)
 
 
@@ -674,7 +674,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
                         f"--min-count={cfg.min_count} times: fewer than the "
                         f"{counted(comm.size, 'rank')}; lower --min-count, use a larger corpus or fewer ranks")
 
-    my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample, comm.threads)
+    my_ids, runs = agree_ids(comm, counts, hashes, cfg.sample, comm.threads, cfg.ns_exponent)
     del counts, hashes  # each array of V/P words freed once used: build's peak stays under the count's
     if numbered is not None:  # the numbers are the counting owners': their words' ids go back to them
         counted_ids = my_ids if moved is None else moved(my_ids)
@@ -757,8 +757,9 @@ def _provisional_ids(comm, numbered, numbers, my_ids):
     return numbered, ids.ravel(), None
 
 
-def agree_ids(comm, counts, hashes, sample, threads=1):
-    """Global ids of this rank's words, and the CountRuns of the vocabulary (collective).
+def agree_ids(comm, counts, hashes, sample, threads=1, ns_exponent=NOISE_POWER):
+    """Global ids of this rank's words, and the CountRuns of the vocabulary (collective; ``sample`` and
+    ``ns_exponent`` its subsampling and noise).
 
     ``counts`` (int64[n]) and ``hashes`` (uint64[n]): this rank's words, which it hash-owns. Ids sort by count,
     descending, then by hash: a function of the words alone, so the same on any rank count. Ranks own
@@ -787,7 +788,7 @@ def agree_ids(comm, counts, hashes, sample, threads=1):
     first = base[np.searchsorted(-distinct, -mine)] - starts
     ids = np.empty(len(counts), np.int64)
     ids[order] = np.repeat(first, lengths) + np.arange(len(order))
-    return ids, CountRuns(distinct, per_rank.sum(axis=0), sample)
+    return ids, CountRuns(distinct, per_rank.sum(axis=0), sample, ns_exponent)
 
 
 def keep_probability(counts, total, sample):
