@@ -265,8 +265,10 @@ def add_corpus_options(p):
                         "it; without it (or train's --resume) such a folder is refused")
     g = p.add_argument_group("vocabulary")
     g.add_argument("--min-count", type=int, default=d.min_count, help="drop rarer words (default: %(default)s)")
-    g.add_argument("--max-vocab-size", type=int, default=d.max_vocab_size,
-                   help="keep at most this many most frequent words, 0: all (default: %(default)s)")
+    g.add_argument("--max-final-vocab", "--max-vocab-size", dest="max_final_vocab", type=int,
+                   default=d.max_final_vocab,
+                   help="keep at most this many most frequent words, those tied at the cut left out, as gensim's "
+                        "max_final_vocab; 0: all (--max-vocab-size: its former name; default: %(default)s)")
     p.add_argument("--threads", type=int, default=None,
                    help="compute threads per rank (default: $HVD_W2V_THREADS, which mpi/launch sets to the host's "
                    "cores over its ranks, else 1)")
@@ -365,7 +367,7 @@ def _model_defaults():
     (config_from needs every Config field; none of these changes the vocabulary or the encoding)."""
     from .common.config import Config
 
-    corpus_options = ("min_count", "max_vocab_size")  # add_corpus_options' own: their parser defaults stand
+    corpus_options = ("min_count", "max_final_vocab")  # add_corpus_options' own: their parser defaults stand
     return {k: v for k, v in Config().to_dict().items() if k not in corpus_options}
 
 

@@ -106,16 +106,22 @@ def test_text_and_binary_exports_agree_and_are_in_frequency_order(reference, cor
 
 @pytest.mark.parametrize("nranks, limit", [(1, 0), (3, 0), (3, 300)])
 def test_parallel_vocabulary_equals_a_plain_count(corpus, tmp_path, nranks, limit):
+    """And with --max-final-vocab, gensim's vocabulary under its max_final_vocab."""
     from collections import Counter
 
     result = launch(nranks, ["hvd-w2v", "vocab", corpus, "--out", str(tmp_path), "--min-count", "7",
-                             "--max-vocab-size", str(limit)], timeout=120)
+                             "--max-final-vocab", str(limit)], timeout=120)
     assert result.ok, result.output[-2000:]
     expected = {w: c for w, c in Counter(open(corpus).read().split()).items() if c >= 7}
     if limit:  # the most frequent words, with every word tied at the cut-off left out
         floor = min(c for c in expected.values() if sum(x >= c for x in expected.values()) <= limit)
         expected = {w: c for w, c in expected.items() if c >= floor}
         assert 0 < len(expected) <= limit
+        from gensim.models import Word2Vec
+
+        model = Word2Vec(min_count=7, max_final_vocab=limit)
+        model.build_vocab(corpus_file=corpus)
+        assert set(model.wv.index_to_key) == set(expected)
     got = {w: int(c) for w, c in (line.split() for line in open(f"{tmp_path}/vocab.txt"))}
     assert got == expected
 

@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -134,8 +134,7 @@ def on_hosts(rate, corpus, args):
 
 def run_config(run):
     """The Config a run trained with (its run.json's ``config``)."""
-    known = {f.name for f in fields(Config)}
-    return Config(**{k: v for k, v in run["config"].items() if k in known})
+    return Config.from_dict(run["config"])
 
 
 class Planners:

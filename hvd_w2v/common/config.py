@@ -39,7 +39,9 @@ class Config:
     # word alike, below 0 rare words more (tuned in item2vec-like uses).
     ns_exponent: float = 0.75
     min_count: int = 5  # words seen fewer times are dropped from the vocabulary
-    max_vocab_size: int = 0  # keep at most this many words, the most frequent (0: no limit); ties at the cut go
+    # Keep at most this many words, the most frequent (0: no limit): min_count raised to the least count that
+    # leaves at most this many, so the words tied at the cut go; gensim's max_final_vocab, the same vocabulary.
+    max_final_vocab: int = 0
     sample: float = 1e-3  # subsampling threshold for frequent words (0: off), as word2vec.c
     epochs: int = 5
     alpha: float = 0.025  # learning rate at the start; decays linearly with global progress ...
@@ -113,7 +115,8 @@ class Config:
             (1 <= self.negative <= 100, f"--negative must be in 1..100, got {self.negative}"),
             (-10 <= self.ns_exponent <= 10, f"--ns-exponent must be in -10..10, got {self.ns_exponent}"),
             (self.min_count >= 1, f"--min-count must be at least 1, got {self.min_count}"),
-            (self.max_vocab_size >= 0, f"--max-vocab-size must be 0 (no limit) or more, got {self.max_vocab_size}"),
+            (self.max_final_vocab >= 0,
+             f"--max-final-vocab must be 0 (no limit) or more, got {self.max_final_vocab}"),
             (0 <= self.sample < 1, f"--sample must be in [0, 1), got {self.sample}"),
             (1 <= self.epochs <= 1000, f"--epochs must be in 1..1000, got {self.epochs}"),
             (0 < self.alpha <= 1, f"--alpha must be in (0, 1], got {self.alpha}"),
@@ -203,5 +206,8 @@ class Config:
 
     @classmethod
     def from_dict(cls, values):
+        """The Config of a recorded dict (run.json's, a checkpoint's); ``max_vocab_size`` is max_final_vocab's
+        former name."""
+        values = {"max_final_vocab" if k == "max_vocab_size" else k: v for k, v in values.items()}
         known = set(cls.options())
         return cls(**{k: v for k, v in values.items() if k in known})

@@ -383,7 +383,7 @@ def _ints(text, what, low=1):
     return sorted(set(values))
 
 
-SETTINGS = ("dim", "window", "negative", "min_count", "max_vocab_size", "sample", "sg", "seed", "span")
+SETTINGS = ("dim", "window", "negative", "min_count", "max_final_vocab", "sample", "sg", "seed", "span")
 
 
 def add_arguments(p):
@@ -407,7 +407,8 @@ def add_arguments(p):
     g.add_argument("--negative", type=int, default=None, help=f"(default {d.negative})")
     g.add_argument("--sample", type=float, default=None, help=f"(default {d.sample})")
     g.add_argument("--min-count", type=int, default=None, help=f"text files only (default {d.min_count})")
-    g.add_argument("--max-vocab-size", type=int, default=None, help=f"text files only (default {d.max_vocab_size})")
+    g.add_argument("--max-final-vocab", "--max-vocab-size", dest="max_final_vocab", type=int, default=None,
+                   help=f"text files only (default {d.max_final_vocab})")
     g.add_argument("--seed", type=int, default=None, help=f"(default {d.seed})")
     g.add_argument("--span", type=int, default=None, help=f"(default {d.span})")
     arch = g.add_mutually_exclusive_group()

@@ -52,7 +52,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 POLL_STEPS = 5
 # Config fields a resume must share with the checkpoint: each changes the step schedule, the random draws or
 # the update rule, so a run resumed with another value would be neither this run nor a fresh one. The
-# vocabulary (min_count, max_vocab_size, the corpus) is checked through its sha256 and the stream length;
+# vocabulary (min_count, max_final_vocab, the corpus) is checked through its sha256 and the stream length;
 # hot_rows may differ (it changes only the order of float32 sums) unless the hot rows merge inside the
 # super-step (a substep: hotsync), where it is a part of the rule. A manifest without a field (one written
 # before the field existed) had its default.
@@ -268,7 +268,7 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
     if m["vocab"]["size"] != vocab_size or m["vocab"]["sha256"] != vocab_sha:
         raise UserError(f"checkpoint {folder} was written for another vocabulary ({m['vocab']['size']:,} words, "
                         f"vocab.txt sha256 {str(m['vocab']['sha256'])[:12]}...; this run has {vocab_size:,} words, "
-                        f"{vocab_sha[:12]}...): resume with the same corpus, --min-count and --max-vocab-size")
+                        f"{vocab_sha[:12]}...): resume with the same corpus, --min-count and --max-final-vocab")
     if stream_length is not None and m["stream_length"] != stream_length:
         raise UserError(f"checkpoint {folder} was written for a corpus of {m['stream_length']:,} positions; "
                         f"this one has {stream_length:,}: resume with the same corpus")

@@ -7,7 +7,7 @@
    Rounds are collective: a rank whose text is over still takes part (sending nothing) until all ranks' text
    is over. (The compiled rounds send each word to the owner of its tables' quick hash instead, which costs
    no BLAKE2b a round, and the counting owners move the words they keep to their hash owners once, in step 2.)
-2. Hash owners, holding the corpus counts of their words, apply ``min_count`` and ``max_vocab_size``.
+2. Hash owners, holding the corpus counts of their words, apply ``min_count`` and ``max_final_vocab``.
 3. A global frequency rank (the word's *id*) is agreed: ids sort by count, descending, ties by hash64, so the
    ids do not depend on the rank count; only histograms of counts travel (:func:`agree_ids`). Hash owners
    keep ``word -> id`` for their words (used to encode); every rank keeps the counts by id as runs of equal
@@ -656,8 +656,8 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
         block_distinct = math.ceil(comm.allreduce(float(-np.expm1(rest * tally.counts).sum())))
 
     keep = tally.counts >= cfg.min_count
-    if cfg.max_vocab_size:
-        keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_vocab_size)
+    if cfg.max_final_vocab:  # gensim's rule: min_count raised until at most that many words are left
+        keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_final_vocab)
     counts, (words, lengths) = tally.counts[keep], tally.kept(keep, comm.threads)
     hashes = tally.hashes(words, lengths, comm.threads)
     # One pass (count's ``numbered``): the kept words' provisional numbers, how many numbers there are, and the
