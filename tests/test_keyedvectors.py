@@ -144,6 +144,33 @@ def test_keyedvectors_match_gensim(comm, nranks, tmp_path_factory, capsys):
             np.testing.assert_allclose(full, ref, atol=ATOL)
             answers.append(full.tolist())
 
+        # gensim's other queries of the vectors: the same answers
+        for kwargs in (dict(positive=["y1", "x2"], negative=["x1"]), dict(positive="x0", topn=5),
+                       dict(positive=[vec, "d0"], negative=["d5"], topn=4)):
+            got = kv.most_similar_cosmul(**kwargs)
+            same(gt.most_similar_cosmul(**kwargs), got)
+            answers.append(got)
+        np.testing.assert_allclose(kv.most_similar_cosmul(["x3"], ["x2"], topn=None),
+                                   gt.most_similar_cosmul(["x3"], ["x2"], topn=None), atol=ATOL)
+        assert kv.most_similar_cosmul("x0", topn=0) == [] == gt.most_similar_cosmul("x0", topn=0)
+        for kwargs in (dict(keys=["x0", "y1"]), dict(keys=["x0", "nope", vec], weights=[1.0, 2.0, -0.5]),
+                       dict(keys=["d3", 7], pre_normalize=False, post_normalize=True)):
+            np.testing.assert_allclose(kv.get_mean_vector(**kwargs), gt.get_mean_vector(**kwargs), atol=1e-6)
+        for call, error in ((lambda: kv.get_mean_vector(["x0", "nope"], ignore_missing=False), KeyError),
+                            (lambda: kv.get_mean_vector([]), ValueError),
+                            (lambda: kv.n_similarity([], ["x0"]), ZeroDivisionError),
+                            (lambda: kv.doesnt_match(["nope"]), ValueError)):
+            with pytest.raises(error):
+                call()
+        assert kv.n_similarity(["x0", "y1"], ["d3", "café"]) == pytest.approx(
+            float(gt.n_similarity(["x0", "y1"], ["d3", "café"])), abs=1e-6)
+        for ws in (["x0", "x1", "x2", "café"], ["y1", "y2", "nope", "d0", "e19"]):
+            assert kv.doesnt_match(ws) == gt.doesnt_match(ws)
+            answers.append(kv.doesnt_match(ws))
+        for a, b in (("x0", "y0"), ("café", "naïve"), ("d3", "q4"), ("e19", "x0")):
+            assert kv.rank(a, b) == gt.rank(a, b) and kv.closer_than(a, b) == gt.closer_than(a, b), (a, b)
+            answers.append(kv.rank(a, b))
+
         for kwargs in (dict(restrict_vocab=RESTRICT), dict(), dict(restrict_vocab=100, dummy4unknown=True),
                        dict(restrict_vocab=RESTRICT, case_insensitive=False)):
             score, sections = kv.evaluate_word_analogies(q, **kwargs)

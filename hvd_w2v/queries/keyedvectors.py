@@ -27,6 +27,7 @@ from numbers import Integral
 import numpy as np
 
 from ..common.errors import UserError
+from .evaluate import COSMUL_EPS
 from .vectors import word_bytes as _encode, word_str as _decode
 
 _KEY_TYPES = (str, int, np.integer)  # gensim's: a key is a word or an index
@@ -223,6 +224,115 @@ class KeyedVectors:
         """1 - :meth:`similarity`. Collective."""
         return 1 - self.similarity(w1, w2)
 
+    def most_similar_cosmul(self, positive=None, negative=None, topn=10, restrict_vocab=None):
+        """The ``topn`` words best by Levy & Goldberg's 3CosMul, as gensim: the product over ``positive`` of
+        ``(1 + cos(x, p)) / 2`` over the product over ``negative`` of ``(1 + cos(x, n)) / 2`` plus 1e-6;
+        ``[(word, score)]``, best first, the same on every rank; the words and indices given are never answers.
+        A key is a word or an index (its unit vector) or a vector (float[d], as given). ``topn`` None returns every
+        word's score, float32[n] in id order. Collective. Where it differs: gensim takes ``restrict_vocab``
+        and searches every word; here it searches ids ``[0, restrict_vocab)``; gensim cannot take an index."""
+        if isinstance(topn, Integral) and topn < 1:
+            return []
+        positive, negative = _ensure_list(positive), _ensure_list(negative)
+        named = [k for k in positive + negative if not isinstance(k, np.ndarray)]
+        rows, ids = self._rows(named, norm=True)
+        slot = iter(range(len(named)))
+        terms = [[k.astype(np.float32) if isinstance(k, np.ndarray) else rows[next(slot)] for k in keys]
+                 for keys in (positive, negative)]
+        if not terms[0]:
+            raise ValueError("cannot compute similarity with no input")
+        start, end = self._clip(0, None, restrict_vocab)
+        local = self.sharded.local_rows(start, end)
+        shifted = [(1 + self.sharded.cosines(np.vstack(t), local)) / 2 if t else None for t in terms]
+        pos = np.prod(shifted[0], axis=1)
+        neg = np.prod(shifted[1], axis=1) if shifted[1] is not None else np.float32(1)
+        scores = (pos / (neg + np.float32(COSMUL_EPS))).astype(np.float32)
+        if not topn:
+            return self._gather_scores(scores, local, start, end)
+        found = self.sharded.top(scores[:, None], topn, exclude=[set(ids)], rows=local, everywhere=True)[0]
+        return [(_decode(word), score) for score, word in found]
+
+    def get_mean_vector(self, keys, weights=None, pre_normalize=True, post_normalize=False, ignore_missing=True):
+        """The weighted mean of the keys' vectors, as gensim: a key is a word, an index (their vectors of unit
+        length when ``pre_normalize``) or a vector (float[d], as given); the weighted sum over the keys found,
+        divided by the sum of their |weights| (default 1 each), of unit length when ``post_normalize``. A
+        missing word is left out, or KeyError unless ``ignore_missing``; ValueError with no keys, or weights of
+        another length. float32[d], the same on every rank. Collective."""
+        if len(keys) == 0:
+            raise ValueError("cannot compute mean with no input")
+        weights = np.ones(len(keys), np.float32) if weights is None else np.asarray(weights, np.float32)
+        if len(keys) != weights.shape[0]:
+            raise ValueError("keys and weights array must have same number of elements")
+        named = [k for k in keys if not isinstance(k, np.ndarray)]
+        ids = self._ids(named)
+        rows = self.sharded.rows(ids, unit=pre_normalize)
+        mean, total, slot = np.zeros(self.vector_size, np.float32), np.float32(0), iter(range(len(named)))
+        for key, w in zip(keys, weights):
+            if not isinstance(key, np.ndarray):
+                i = next(slot)
+                if ids[i] < 0:
+                    if not ignore_missing:
+                        raise KeyError(f"Key '{key}' not present in vocabulary")
+                    continue
+                key = rows[i]
+            mean += w * key.astype(np.float32)
+            total += abs(w)
+        if total > 0:
+            mean = mean / total
+        return _unit(mean) if post_normalize else mean
+
+    def n_similarity(self, ws1, ws2):
+        """The cosine of the means of two lists of keys' vectors (as stored), as gensim; ZeroDivisionError when a
+        list is empty. A float. Collective."""
+        if not (len(ws1) and len(ws2)):
+            raise ZeroDivisionError("At least one of the passed list is empty.")
+        a = _unit(self.get_mean_vector(ws1, pre_normalize=False))
+        b = _unit(self.get_mean_vector(ws2, pre_normalize=False))
+        return float(a @ b)
+
+    def rank_by_centrality(self, words, use_norm=True):
+        """``[(cosine, word)]`` of the words in the vocabulary among ``words`` with the unit mean of their
+        vectors (of unit length when ``use_norm``), most central first, as gensim (which logs the words left
+        out); ValueError when none is known. Collective."""
+        words = list(words)
+        used = [w for w, i in zip(words, self._ids(words)) if i >= 0]
+        if not used:
+            raise ValueError("cannot select a word from an empty list")
+        vectors = self._rows(used, norm=use_norm)[0]
+        mean = self.get_mean_vector(list(vectors), post_normalize=True)
+        return sorted(zip((vectors @ mean).tolist(), used), reverse=True)
+
+    def doesnt_match(self, words):
+        """The word of ``words`` farthest from their mean (:meth:`rank_by_centrality`'s last). Collective."""
+        return self.rank_by_centrality(words)[-1][1]
+
+    def closer_than(self, key1, key2):
+        """The words nearer (cosine) to ``key1`` than ``key2`` is, ``key1`` left out, in id order, as gensim.
+        KeyError when absent. Collective: every rank's nearer words are gathered (for the count alone,
+        :meth:`rank`)."""
+        local, _ = self._closer(key1, key2)
+        words = [self.sharded.words[int(k)] for k in local]
+        parts = self.comm.allgather((self.sharded.plan.ids(self.comm.rank)[local], words))
+        found = sorted((i, w) for ids, ws in parts for i, w in zip(ids.tolist(), ws))
+        return [_decode(w) for _, w in found]
+
+    def rank(self, key1, key2):
+        """1 + the number of words nearer to ``key1`` than ``key2`` is (:meth:`closer_than`), as gensim; counted
+        on each rank and summed, no word gathered. Collective."""
+        local, _ = self._closer(key1, key2)
+        return self.comm.allreduce(int(len(local))) + 1
+
+    def _closer(self, key1, key2):
+        """(this rank's local rows nearer to ``key1`` than ``key2`` is, but ``key1``'s; (id1, id2)). Every row's
+        cosine with key1 is computed as gensim's distances are, from the same array, so that ``key2``'s own
+        score, which its owner computes, is the bound (sent to every rank). Collective."""
+        rows, (id1, id2) = self._rows([key1, key2], norm=True)
+        scores = 1 - self.sharded.cosines(rows[:1])[:, 0]  # gensim's distances, float32
+        ids = self.sharded.plan.ids(self.comm.rank)
+        own = np.flatnonzero(ids == id2)
+        bound = self.comm.allreduce(float(scores[own[0]]) if len(own) else -np.inf, "max")
+        return np.flatnonzero((scores < np.float32(bound)) & (ids != id1)), (id1, id2)
+
     # -- evaluation ---------------------------------------------------------------------------------------
     def evaluate_word_analogies(self, analogies, restrict_vocab=300000, case_insensitive=True,
                                 dummy4unknown=False, similarity_function="most_similar"):
@@ -362,6 +472,12 @@ class KeyToIndex(Mapping):
 
     def __iter__(self):
         return iter(IndexToKey(self.sharded))
+
+
+def _unit(vector):
+    """``vector`` (float32[d]) scaled to unit length; a zero vector as it is (gensim's matutils.unitvec)."""
+    norm = np.linalg.norm(vector)
+    return (vector / norm).astype(np.float32) if norm > 0 else vector
 
 
 def _ensure_list(value):
