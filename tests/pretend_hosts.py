@@ -136,6 +136,13 @@ def unavailable(shaped=False):
     missing = [p for p in tools if not shutil.which(p, path=LOGIN_PATH)]
     if missing:
         return f"pretend hosts need {', '.join(missing)} (util-linux, iproute2)"
+    if shaped:  # the kernel's veth and tbf, tried in a network namespace of their own
+        script = ("ip link add hvdw2v-a type veth peer name hvdw2v-b && "
+                  "tc qdisc add dev hvdw2v-a root tbf rate 1mbit burst 32kb latency 50ms")
+        tried = subprocess.run(["unshare", "--net", "sh", "-c", script], capture_output=True, text=True,
+                               env=dict(os.environ, PATH=LOGIN_PATH), timeout=30)
+        if tried.returncode:
+            return f"shaped pretend hosts need the kernel's veth and tbf: {tried.stderr.strip()[:200]}"
     return None
 
 
