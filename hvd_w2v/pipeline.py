@@ -255,7 +255,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
         passes = memory.COMPILED if native.text_kernel() is not None else memory.PYTHON
         counting = memory.CountingLimit(*cap, comm.rank, comm.size, comm.threads, corpus_bytes(paths), passes,
                                         most_readers(paths, comm.size, comm.threads),
-                                        memory.BASELINE_BYTES if tensorflow_loaded() else memory.LEAN_BYTES)
+                                        memory.baseline(tensorflow_loaded()))
     numbered = None
     if stage != "vocab" and native.text_kernel() is not None:
         from .text.encode import Provisional

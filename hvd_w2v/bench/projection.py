@@ -152,13 +152,11 @@ class Planners:
 
     def exact(self, cfg, ranks, threads, network):
         """plan.py's projection of the exact step: (words/s, bytes sent a word, all ranks)."""
-        from ..planning import localplan, plan
+        from ..planning import localplan
 
         key = ("exact", cfg)
         if key not in self.measured:
-            steps = int(np.ceil(len(self.corpus.stream) / cfg.batch_words))
-            self.measured[key] = (plan.measure_compute(self.corpus, cfg, steps // 2, statistic=np.min),
-                                  localplan.measure_exact_other(self.corpus, cfg))
+            self.measured[key] = localplan.measure_exact(self.corpus, cfg)
         compute, around = self.measured[key]
         row = localplan.exact_plan(self.corpus, cfg, ranks, threads, network, compute, 5, around)
         return row.words_per_second, row.bytes_per_word

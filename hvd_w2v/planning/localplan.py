@@ -173,12 +173,13 @@ def on_node(seconds, threads):
     return t1 * (f + (1 - f) / threads), f
 
 
-def _on_node_how(seconds, threads, f):
-    """How :func:`on_node` got its figure: the times measured here and the projection."""
+def _on_node_how(seconds, threads):
+    """:func:`on_node`'s projection, and how it got it: the times measured here, the serial share."""
+    projected, f = on_node(seconds, threads)
     measured = " and ".join(f"{t * 1e3:,.2f} ms on {counted(n, 'thread')}" for n, t in sorted(seconds.items()))
     if len(seconds) == 1:
-        return f"{measured} here"
-    return f"{measured} here, serial share {f:.2f}: {on_node(seconds, threads)[0] * 1e3:,.2f} ms on {threads}"
+        return projected, f"{measured} here"
+    return projected, f"{measured} here, serial share {f:.2f}: {projected * 1e3:,.2f} ms on {threads}"
 
 
 def measure_prepare(corpus, cfg, threads, work_threads):
@@ -187,9 +188,8 @@ def measure_prepare(corpus, cfg, threads, work_threads):
     ``threads`` (:func:`on_node`). Seconds, and how they were measured."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, 1, threads, 0, 0)
     seconds = _examples_seconds(corpus, cfg, ranges, sorted({1, work_threads}))
-    projected, f = on_node(seconds, threads)
-    return projected, (f"the node's examples and table for {threads} x {cfg.superstep:,} positions "
-                       f"{_on_node_how(seconds, threads, f)} (least of 9)")
+    projected, how = _on_node_how(seconds, threads)
+    return projected, f"the node's examples and table for {threads} x {cfg.superstep:,} positions {how} (least of 9)"
 
 
 def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
@@ -212,7 +212,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     owners = sampled_nodes(nodes)
     for at in samples:
         asked = {owner: ([], [], []) for owner in owners}  # each node's keys, their SGD counts, how many
-        for q in range(nodes):  # a node's StepPlan at a time: a thousand of them outgrew 24 GiB
+        for q in range(nodes):  # a node's StepPlan at a time: a thousand nodes' plans at once outgrow a host
             step = node_step(corpus, cfg, nodes, threads, 0, q, at)
             ends = np.cumsum(step.owned)
             for owner in owners:
@@ -231,11 +231,18 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
         for n in counts:
             busiest[n].append(max(seconds[n]))
     seconds = {n: float(np.mean(busiest[n])) for n in counts}
-    projected, f = on_node(seconds, threads)
+    projected, how = _on_node_how(seconds, threads)
     merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {carrier}"
     return projected, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
                        f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
-                       f"{counted(nodes, 'source')}) {_on_node_how(seconds, threads, f)}")
+                       f"{counted(nodes, 'source')}) {how}")
+
+
+def measure_exact(corpus, cfg):
+    """The exact step's compute as its projection takes it: its maths (plan.measure_compute, on the epoch's
+    middle step, the least of its calls) and its rows' work around it (:func:`measure_exact_other`)."""
+    middle = math.ceil(len(corpus.stream) / cfg.batch_words) // 2
+    return plan.measure_compute(corpus, cfg, middle, statistic=np.min), measure_exact_other(corpus, cfg)
 
 
 def measure_exact_other(corpus, cfg):
@@ -407,9 +414,7 @@ def main(argv=None):
         print(f"hvd-w2v localplan: error: {e}", file=sys.stderr)
         return 2
     try:
-        exact_compute = plan.measure_compute(corpus, cfg, math.ceil(len(corpus.stream) / cfg.batch_words) // 2,
-                                             statistic=np.min) if args.exact_steps else None
-        exact_around = measure_exact_other(corpus, cfg) if args.exact_steps else None
+        exact_compute, exact_around = measure_exact(corpus, cfg) if args.exact_steps else (None, None)
         alone, alone_how = measure_alone(corpus, cfg, plan.Network.line(max(bandwidths) * 1e9, args.latency * 1e-6),
                                          exact_compute, exact_around, args.exact_steps)
         say(f"localplan: {alone_how}")

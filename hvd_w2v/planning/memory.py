@@ -330,6 +330,12 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     return STEP_FIXED_BYTES + int(per_slot * slots) + places + 4 * cfg.dim * (tables + copies)
 
 
+def baseline(tensorflow):
+    """A rank's resident bytes before any of its data: BASELINE_BYTES once TensorFlow and Horovod have started
+    in it, else LEAN_BYTES."""
+    return BASELINE_BYTES if tensorflow else LEAN_BYTES
+
+
 def loads_tensorflow(cfg):
     """Whether training with ``cfg`` starts TensorFlow and Horovod: the exact step's maths is a TensorFlow op,
     and the hot rows travel by Horovod's allreduce; shard-local SGD without hot rows needs neither."""
@@ -361,8 +367,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     counting = counting_bytes(owned, ranks, threads, corpus_bytes, passes, readers)
     return MemoryPlan(
         ranks=ranks,
-        baseline=BASELINE_BYTES if tensorflow or loaded else LEAN_BYTES,
-        text_baseline=BASELINE_BYTES if loaded else LEAN_BYTES,
+        baseline=baseline(tensorflow or loaded),
+        text_baseline=baseline(loaded),
         model=rows * (cfg.dim + 1) * 4 * 2,
         tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
                 + KEEP_HEAD_BYTES),

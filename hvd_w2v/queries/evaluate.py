@@ -18,10 +18,9 @@ import math
 import numpy as np
 
 from ..common.errors import UserError
-from .vectors import fold, word_bytes, word_str
+from .vectors import cosmul, fold, word_bytes, word_str
 
 BATCH = 256  # questions scored per round (same on every rank)
-COSMUL_EPS = 1e-6  # Levy & Goldberg's epsilon, as gensim's most_similar_cosmul
 
 
 def _read_lines(comm, path, encoding="utf-8", keepends=False):
@@ -140,8 +139,7 @@ def analogies(vectors, path, restrict=30000, method="3cosadd", case_insensitive=
         if method == "3cosadd":
             scores = vectors.cosines(_unit(b + c - a), mine)  # [n_mine, batch]
         else:
-            shift = lambda m: (1 + vectors.cosines(m, mine)) / 2  # noqa: E731
-            scores = shift(b) * shift(c) / (shift(a) + COSMUL_EPS)
+            scores = cosmul([vectors.cosines(b, mine), vectors.cosines(c, mine)], [vectors.cosines(a, mine)])
         for j, q in enumerate(batch):
             for w in q[1:4]:  # the inputs (case-insensitive: in every case variant) are not answers
                 hit = [k for k in rows_of.get(w, ()) if k < n_mine]

@@ -27,8 +27,7 @@ from numbers import Integral
 import numpy as np
 
 from ..common.errors import UserError
-from .evaluate import COSMUL_EPS
-from .vectors import word_bytes as _encode, word_str as _decode
+from .vectors import cosmul, word_bytes as _encode, word_str as _decode
 
 _KEY_TYPES = (str, int, np.integer)  # gensim's: a key is a word or an index
 ITER_BLOCK = 65536  # words fetched per collective call when iterating over index_to_key
@@ -243,10 +242,7 @@ class KeyedVectors:
             raise ValueError("cannot compute similarity with no input")
         start, end = self._clip(0, None, restrict_vocab)
         local = self.sharded.local_rows(start, end)
-        shifted = [(1 + self.sharded.cosines(np.vstack(t), local)) / 2 if t else None for t in terms]
-        pos = np.prod(shifted[0], axis=1)
-        neg = np.prod(shifted[1], axis=1) if shifted[1] is not None else np.float32(1)
-        scores = (pos / (neg + np.float32(COSMUL_EPS))).astype(np.float32)
+        scores = cosmul(*[self.sharded.cosines(np.vstack(t), local).T if t else () for t in terms]).astype(np.float32)
         if not topn:
             return self._gather_scores(scores, local, start, end)
         found = self.sharded.top(scores[:, None], topn, exclude=[set(ids)], rows=local, everywhere=True)[0]
@@ -295,10 +291,11 @@ class KeyedVectors:
         vectors (of unit length when ``use_norm``), most central first, as gensim (which logs the words left
         out); ValueError when none is known. Collective."""
         words = list(words)
-        used = [w for w, i in zip(words, self._ids(words)) if i >= 0]
-        if not used:
+        found = [(w, i) for w, i in zip(words, self._ids(words)) if i >= 0]
+        if not found:
             raise ValueError("cannot select a word from an empty list")
-        vectors = self._rows(used, norm=use_norm)[0]
+        used = [w for w, _ in found]
+        vectors = self.sharded.rows([i for _, i in found], unit=use_norm)
         mean = self.get_mean_vector(list(vectors), post_normalize=True)
         return sorted(zip((vectors @ mean).tolist(), used), reverse=True)
 

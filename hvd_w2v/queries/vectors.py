@@ -151,8 +151,7 @@ class ShardedVectors:
             if method == "3cosadd":
                 scores = self.cosines(_unit_rows(b - a + c))
             else:
-                shift = lambda m: (1 + self.cosines(m)) / 2  # noqa: E731
-                scores = shift(b) * shift(c) / (shift(a) + 1e-6)
+                scores = cosmul([self.cosines(b), self.cosines(c)], [self.cosines(a)])
             found = self.top(scores, topn, exclude=[{ids[w] for w in queries[j]} for j in known])
         if self.comm.rank != 0:
             return None
@@ -168,6 +167,17 @@ class ShardedVectors:
         if result is None:
             return None
         return {words[j]: r for j, r in zip(known, result)}
+
+
+COSMUL_EPS = 1e-6  # Levy & Goldberg's epsilon, as gensim's most_similar_cosmul
+
+
+def cosmul(positive, negative=()):
+    """Levy & Goldberg's 3CosMul of cosines (float32 arrays of one shape): the product over ``positive`` of
+    ``(1 + c) / 2`` over that over ``negative`` plus COSMUL_EPS, as gensim's most_similar_cosmul."""
+    shift = lambda c: (1 + c) / 2  # noqa: E731
+    score = np.prod([shift(c) for c in positive], axis=0)
+    return score / ((np.prod([shift(c) for c in negative], axis=0) if len(negative) else 1) + COSMUL_EPS)
 
 
 def _unit_rows(x):
