@@ -107,7 +107,8 @@ def _vocabulary(args, encode=False):
     lock = pipeline.hold(comm, args.out, args.command, overwrite=args.overwrite)
     try:
         stage = pipeline.staging(comm, args.out)
-        paths, voc, planned = pipeline.vocabulary(comm, args.corpus, args.out, cfg, args.command, limit, into=stage)
+        paths, voc, _, planned = pipeline.vocabulary(comm, args.corpus, args.out, cfg, args.command, limit,
+                                                     into=stage)
         stream = pipeline.encode(comm, paths, voc, stage) if encode else None
         pipeline.commit(comm, stage, args.out, stream)
         log(comm, pipeline.against_plan(planned.peak(args.command), pipeline.peaks(comm)))
@@ -321,8 +322,9 @@ def add_train_options(p):
                         "exact step of --batch-words. auto (the default): the exact step on one host, on "
                         "several a shard for each thread of the job")
     r.add_argument("--superstep", type=_or_auto(int), default=d.superstep, metavar="S",
-                   help="with --shards: positions of each shard per super-step (auto, the default: "
-                        f"{config.SUPERSTEP_POSITIONS:,} / V, at least {config.MIN_SUPERSTEP})")
+                   help="with --shards: positions of each shard per super-step (auto, the default: the "
+                        f"longest power of two, at most {config.MAX_SUPERSTEP:,}, that leaves "
+                        f"{config.SUPERSTEPS_AN_EPOCH} super-steps an epoch)")
     r.add_argument("--substep", type=_or_auto(int), default=d.substep, metavar="K",
                    help="with --shards and --hot-rows: the hot rows merged over every shard (Horovod's allreduce) "
                         "every K positions of each shard, inside the super-step (auto, the default: once a "

@@ -125,8 +125,8 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
-    paths, voc, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
-                                     tensorboard=tensorboard)
+    paths, voc, cfg, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
+                                          tensorboard=tensorboard)
     if tensorboard:
         from .queries import runfolder
 
@@ -226,7 +226,8 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     corpus), plan the memory of a job that runs up to ``stage`` (:func:`memory_plan`) and write the vocabulary
     as vocab.txt ("word count" lines, most frequent first) into the folder ``into`` (None: ``out``; train and
     the vocab and encode commands give their :func:`staging` folder, moved into place by :func:`commit`).
-    Returns (paths, Vocab, memory.MemoryPlan).
+    Returns (paths, Vocab, the Config, memory.MemoryPlan): ``cfg`` sized to the corpus's positions
+    (Config.sized: a super-step left to the layout chosen, and told), as the plan counted it.
 
     ``limit``: bytes per rank (--max-memory-per-rank) or None; with the limits the job runs under
     (:func:`memory_limit`), the count refuses, on every rank, before the counts a rank hash-owns outgrow them
@@ -234,6 +235,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     while the text is read. With the compiled passes, a job that encodes (``stage`` "encode" or "train")
     counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for :func:`encode`
     (vocab.build's ``numbered``). ``tensorboard``: training writes TensorBoard scalars (memory_plan's)."""
+    from .common.config import MAX_SUPERSTEP, SUPERSTEPS_AN_EPOCH
     from .kernels import native
     from .parallel.comm import log
     from .parallel.shard import RowPlan
@@ -265,6 +267,11 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
         numbered = Provisional(os.path.join(into or out, "ids"), comm.threads, comm.rank)
     voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered)
     try:
+        auto, cfg = cfg.shards and cfg.superstep is None, cfg.sized(voc.total)
+        if auto:
+            say(f"super-step: --superstep {cfg.superstep:,} positions a shard, {cfg.steps_per_epoch(voc.total):,} "
+                f"super-steps an epoch of {voc.total:,} positions (auto: the longest power of two, at most "
+                f"{MAX_SUPERSTEP:,}, that leaves {SUPERSTEPS_AN_EPOCH} an epoch)")
         the_plan = memory_plan(comm, cfg, voc, paths, cap, stage, bool(tensorboard))
     except BaseException:  # a refusal: the stream counted in one pass is not kept
         if numbered is not None:
@@ -273,7 +280,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     name = os.path.join(into or out, "vocab.txt")
     export_mod.write_vocab(comm, name, RowPlan(voc.size, comm.size), voc.row_words, voc.row_counts)
     say(f"vocab: {os.path.join(out, 'vocab.txt')}")
-    return paths, voc, the_plan
+    return paths, voc, cfg, the_plan
 
 
 def hold(comm, out, command, resume=False, overwrite=False):
@@ -588,8 +595,9 @@ def settle(comm, cfg, resumed=None, say=None):
     if cfg.shards is None and settled.shards and say:
         why = ("as the run resumed chose" if previous and previous.get("shards") == settled.shards
                else f"a shard for each of the {threads:,} threads on {hosts:,} hosts")
+        step = f" --superstep {settled.superstep}" if settled.superstep else ""  # else: once the corpus is counted
         hot = f" --hot-rows {settled.hot_rows} --substep {settled.substep}" if settled.hot_inside else ""
-        say(f"mode: shard-local SGD ({why}): --shards {settled.shards} --superstep {settled.superstep}{hot} "
+        say(f"mode: shard-local SGD ({why}): --shards {settled.shards}{step}{hot} "
             f"--merge-clip {settled.merge_clip:g} --wire {settled.wire} (--shards 0: the exact step)")
     return settled
 

@@ -137,12 +137,12 @@ def test_same_vectors_on_several_hosts(hosts, corpus, reference, tmp_path, slots
 
 
 def test_two_hosts_choose_shard_local_sgd_whose_vectors_one_host_gives_with_the_same_shards(hosts, corpus, tmp_path):
-    """Without --shards, 2 hosts x 2 ranks of 1 thread choose shard-local SGD, a shard a thread (Config.settled):
-    1 host x 1 rank of 2 threads told the same shards, super-step and merge gives the same vectors up to float32
-    summation order, where the deltas crossed hosts over TCP."""
-    # 4,096 positions a super-step, the merge clipped; float32 rows and deltas, as several hosts choose
-    told = ["--shards", "4", "--superstep", "1024", "--merge-clip", "1", "--wire", "float32"]
-    got = {}
+    """Without --shards, 2 hosts x 2 ranks of 1 thread choose shard-local SGD, a shard a thread (Config.settled),
+    and its super-step from the corpus's size (Config.sized): 1 host x 1 rank of 2 threads told the same shards and
+    merge chooses the same super-step and gives the same vectors up to float32 summation order, where the deltas
+    crossed hosts over TCP."""
+    told = ["--shards", "4", "--merge-clip", "1", "--wire", "float32"]  # the merge clipped; float32 on the wire
+    got, sized = {}, {}
     for name, n, slots, mode in [("1x1", 1, {"nodeA": 1}, told), ("2x2", 4, {"nodeA": 2, "nodeB": 2}, [])]:
         out = tmp_path / name
         r = launch(hosts, n, slots, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS[2:], "--epochs", "2", *mode],
@@ -150,7 +150,10 @@ def test_two_hosts_choose_shard_local_sgd_whose_vectors_one_host_gives_with_the_
         assert r.returncode == 0, r.output
         assert ("mode: shard-local SGD (a shard for each of the 4 threads on 2 hosts): " + " ".join(told) + " ("
                 in r.output) == (not mode), r.output
+        sized[name] = re.search(r"super-step: --superstep (\d+) positions a shard, ([\d,]+) super-steps an epoch",
+                                r.output).groups()
         got[name] = vectors(out)
+    assert sized["1x1"] == sized["2x2"] and int(sized["1x1"][1].replace(",", "")) >= 233, sized
     diff = max_diff(got["2x2"], got["1x1"])
     print(f"4 shards chosen on 2 hosts x 2 ranks: largest difference from 1 host x 1 rank {diff:.2e}")
     assert diff < ATOL

@@ -123,7 +123,7 @@ def phases(argv):
     args = cli.parser().parse_args(["train", *argv])
     cfg = cli.config_from(args)
     comm = pipeline.start(cfg, args.threads, args.stall_timeout)
-    paths, voc, _ = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
+    paths, voc, cfg, _ = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
     print(f"rank {comm.rank}: after vocab HWM {status('VmHWM')} RSS {status('VmRSS')} V {voc.size:,}", flush=True)
     stream = pipeline.encode(comm, paths, voc, args.out)
     print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",

@@ -7,10 +7,10 @@ from .errors import UserError
 
 # Fields that may be None, "chosen by the job's layout" (Config.settled), and the type of their values.
 LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
-# What Config.settled chooses for shard-local SGD. hvd_w2v/bench/README.md ("Shard-local SGD's quality") has the quality
-# and the planner's projections behind each.
-SUPERSTEP_POSITIONS = 4096  # positions a super-step covers over all its shards, by default ...
-MIN_SUPERSTEP = 64  # ... S at least this many positions a shard
+# What Config.sized chooses for shard-local SGD's super-step. hvd_w2v/bench/README.md ("Super-steps an epoch") has
+# the quality behind each, and "The cluster projection" the speed.
+SUPERSTEPS_AN_EPOCH = 233  # at least this many merges an epoch kept the exact step's quality at every V measured ...
+MAX_SUPERSTEP = 4096  # ... and S at most this many positions a shard
 # Every row's merged delta (a vector of W_in or W_out, all shards' deltas summed) is scaled down to an L2 norm
 # of at most this, on every V and S unless told otherwise: the merge that cannot diverge (merge_clip's comment).
 MERGE_CLIP = 1.0
@@ -21,11 +21,15 @@ AHEAD_STEPS = 4
 WIRES = ("float32", "bfloat16")  # how shard-local SGD's rows and deltas travel (wire.py)
 
 
-def superstep_for(shards):
-    """The default super-step of ``shards`` shards: SUPERSTEP_POSITIONS positions over all of them, and at least
-    MIN_SUPERSTEP a shard. Why: what decides quality is the positions one super-step covers from one
-    snapshot; and below MIN_SUPERSTEP a shard's compute is a small part of its super-step's exchange."""
-    return max(MIN_SUPERSTEP, SUPERSTEP_POSITIONS // shards)
+def superstep_for(shards, positions):
+    """The default super-step of ``shards`` shards on an epoch of ``positions`` corpus positions: the longest
+    power of two that leaves at least SUPERSTEPS_AN_EPOCH super-steps an epoch, at most MAX_SUPERSTEP, at least
+    1. Why: what decides quality is how often the shards meet in an epoch, at every V and S measured; a longer
+    super-step is cheaper, its exchange and its examples' table shared by more SGD; past MAX_SUPERSTEP a shard's
+    private copies of rows grow with S for little speed.
+    A power of two, so that corpora of nearly the same size get the same S."""
+    most = positions // (shards * SUPERSTEPS_AN_EPOCH)
+    return 1 << (max(1, min(MAX_SUPERSTEP, most)).bit_length() - 1)
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,8 @@ class Config:
     @property
     def hot_inside(self):
         """Whether the hot rows merge inside the super-step (hotsync): shards, hot rows and a shorter substep."""
-        return bool(self.shards and self.hot_rows and self.substep and self.substep < self.superstep)
+        return bool(self.shards and self.hot_rows and self.substep and self.superstep
+                    and self.substep < self.superstep)
 
     def steps_per_epoch(self, n):
         """Global steps in an epoch of ``n`` positions: exact steps of ``batch_words``, or super-steps of
@@ -167,8 +172,8 @@ class Config:
 
         The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
         which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
-        every 2,048 positions would leave a cluster idle. With shards, ``superstep`` is :func:`superstep_for`
-        and ``merge_clip`` MERGE_CLIP.
+        every 2,048 positions would leave a cluster idle. With shards, ``merge_clip`` is MERGE_CLIP, and a
+        ``superstep`` left to the layout stays None until :meth:`sized` knows the corpus's size.
         """
         previous = previous or {}
         shards = self.shards
@@ -189,12 +194,22 @@ class Config:
             if value is None and same:
                 value = previous.get(name)
             return default if value is None else value
-        superstep = chosen("superstep", superstep_for(shards))
-        substep = chosen("substep", superstep)
-        if substep < superstep and not self.hot_rows:
-            raise UserError(f"--substep {substep} merges the hot rows inside the super-step: give --hot-rows H too")
-        return replace(self, shards=shards, superstep=superstep, substep=substep if substep < superstep else None,
-                       merge_clip=chosen("merge_clip", MERGE_CLIP))
+        settled = replace(self, shards=shards, superstep=chosen("superstep", None), substep=chosen("substep", None),
+                          merge_clip=chosen("merge_clip", MERGE_CLIP))
+        if settled.substep is not None and not self.hot_rows:  # refused now, not once the corpus is counted
+            raise UserError(f"--substep {settled.substep} merges the hot rows inside the super-step: give --hot-rows "
+                            f"H too")
+        return settled if settled.superstep is None else settled.sized(None)
+
+    def sized(self, positions):
+        """This settled config with its super-step chosen for an epoch of ``positions`` corpus positions (the
+        kept words' occurrences), :func:`superstep_for`, where it was left to the layout; and ``substep`` None
+        unless it is shorter than the super-step. The super-step's length is the same on every layout."""
+        if not self.shards:
+            return self
+        superstep = self.superstep or superstep_for(self.shards, positions)
+        substep = superstep if self.substep is None else self.substep
+        return replace(self, superstep=superstep, substep=substep if substep < superstep else None)
 
     def to_dict(self):
         return asdict(self)

@@ -31,8 +31,9 @@ costs; and "of 1 thread", the words per second per core (P x T cores) over what 
 its best setting, measured in the same run (:func:`measure_alone`: the faster of word2vec's sequential SGD
 on one shard and the exact step on one rank of one thread), which says what the cluster's cores give. A
 node's compute takes at least its memory traffic (:func:`memory_bytes`) at --node-memory-bandwidth ("mem GB/s":
-what the row's rate needs). S "auto" is train's default for the row's V (config.superstep_for), so its rows
-project what a cluster gets without --superstep. The exact step's row,
+what the row's rate needs). S "auto" is train's default for the row's V on an epoch of the corpus's positions
+or of --epoch-positions (config.superstep_for), so its rows project what a cluster gets without --superstep,
+on this corpus or on one of that size with this corpus's words and their frequencies. The exact step's row,
 beside it: plan.py's projection of one rank per node whose step maths runs T times faster (its T threads), at
 the default --batch-words, with its rows' gather and add timed on one thread, one rank's share on one rank
 (:func:`measure_exact_other`: its examples and table left out, its rows all from one source).
@@ -373,7 +374,11 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=32, help="threads (shards) per node T (default: %(default)s)")
     p.add_argument("--superstep", default="auto",
                    help="positions per shard per super-step S, comma-separated; auto: train's default for the "
-                        "row's V = P x T, config.superstep_for (default: %(default)s)")
+                        "row's V = P x T on an epoch of --epoch-positions, config.superstep_for (default: "
+                        "%(default)s)")
+    p.add_argument("--epoch-positions", type=int, default=None, metavar="N",
+                   help="with --superstep auto: the positions of the corpus the rows project, the corpus's words "
+                        "and frequencies those of the corpus given (default: the corpus's own)")
     p.add_argument("--hot-rows", default="0", help="hot-row counts H, comma-separated (default: %(default)s)")
     p.add_argument("--substep", default="auto",
                    help="with hot rows: positions of each shard between their merges K, comma-separated (train's "
@@ -410,6 +415,9 @@ def main(argv=None):
         memory = args.node_memory_bandwidth * 1e9
         cfg = Config(sg=not args.cbow)
         corpus = plan.open_corpus(args.corpus, cfg, say)
+        epoch = args.epoch_positions or len(corpus.stream)
+        if epoch < 1:
+            raise UserError(f"--epoch-positions must be at least 1, got {epoch}")
     except UserError as e:
         print(f"hvd-w2v localplan: error: {e}", file=sys.stderr)
         return 2
@@ -423,7 +431,7 @@ def main(argv=None):
             for gbps in bandwidths:
                 network = plan.Network.line(gbps * 1e9, args.latency * 1e-6)
                 for n in nodes:
-                    s = superstep_for(n * args.threads) if spec == "auto" else spec
+                    s = superstep_for(n * args.threads, epoch) if spec == "auto" else spec
                     # train's merge for the row's V and S
                     clip = MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip
                     c = replace(cfg, superstep=s, shards=1, merge_clip=clip, wire=args.wire)
@@ -461,7 +469,8 @@ def main(argv=None):
                         say(f"localplan: {gbps:g} Gb/s, S {s:,}, P {n:,}, H {h:,} in {time.monotonic() - t0:.1f} s")
         voc = corpus.vocab
         print(f"corpus: {corpus.about}: {voc.size:,} words, {len(corpus.stream):,} positions, {voc.raw_words:,} "
-              f"raw words; {'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
+              f"raw words{'' if epoch == len(corpus.stream) else f', S auto for an epoch of {epoch:,} positions'}; "
+              f"{'skip-gram' if cfg.sg else 'CBOW'}, dim {cfg.dim}, window {cfg.window}, negative "
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
               f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's "
               f"work around it timed on 1 and {counted(args.node_threads, 'thread')}, projected to {args.threads}; "

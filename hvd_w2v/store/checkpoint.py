@@ -313,6 +313,8 @@ def check_settings(folder, m, cfg):
     for field in EXACT + (("hot_rows",) if now["substep"] or before.get("substep") else ()):
         if field in SHARDS_ONLY and not now["shards"] and not before.get("shards"):
             continue  # the exact step has no super-steps nor merge
+        if now[field] is None:
+            continue  # a super-step left to the corpus's size (Config.sized): load checks the sized config
         if before.get(field) != now[field]:
             option = "--sg/--cbow" if field == "sg" else f"--{field.replace('_', '-')}"
             raise UserError(f"checkpoint {folder} was written with {option} {before.get(field)}, this run has "
