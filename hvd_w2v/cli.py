@@ -301,7 +301,10 @@ def add_train_options(p):
     g.add_argument("--min-alpha", type=float, default=d.min_alpha, help="final learning rate (default: %(default)s)")
     arch = g.add_mutually_exclusive_group()
     arch.add_argument("--sg", dest="sg", action="store_true", default=True, help="skip-gram (default)")
-    arch.add_argument("--cbow", dest="sg", action="store_false", help="CBOW, mean of the context")
+    arch.add_argument("--cbow", dest="sg", action="store_false", help="CBOW")
+    g.add_argument("--cbow-mean", type=int, choices=(0, 1), default=int(d.cbow_mean),
+                   help="with --cbow: 1 the context's mean (word2vec.c's), 0 its sum, each context word then "
+                        "getting 1/m of the update (gensim's cbow_mean=0) (default: %(default)s)")
     g.add_argument("--seed", type=int, default=d.seed, help="random seed (default: %(default)s)")
     g.add_argument("--span", type=int, default=d.span,
                    help="raw corpus positions a centre looks through, each side, for its kept context words "

@@ -282,7 +282,8 @@ def test_a_checkpoint_of_another_run_is_refused_and_kept(corpus, periodic, tmp_p
 
 
 def test_a_checkpoint_of_another_noise_exponent_is_refused_and_an_older_one_reads_as_word2vec_s():
-    """--ns-exponent is part of what an exact resume shares; a manifest from before the option ran 0.75."""
+    """--ns-exponent and --cbow-mean are part of what an exact resume shares; a manifest from before the options
+    ran 0.75 and the mean."""
     from hvd_w2v.common.config import Config
     from hvd_w2v.common.errors import UserError
     from hvd_w2v.store import checkpoint as ck
@@ -295,6 +296,11 @@ def test_a_checkpoint_of_another_noise_exponent_is_refused_and_an_older_one_read
     ck.check_settings("step-1", m, Config().settled(1, 1))
     with pytest.raises(UserError, match="--ns-exponent 0.75, this run has 1.0"):
         ck.check_settings("step-1", m, Config(ns_exponent=1.0).settled(1, 1))
+    m = dict(version=ck.VERSION, dim=100, config=Config(sg=False).settled(1, 1).to_dict())
+    with pytest.raises(UserError, match="was written with --cbow-mean True, this run has False"):
+        ck.check_settings("step-1", m, Config(sg=False, cbow_mean=0).settled(1, 1))
+    del m["config"]["cbow_mean"]
+    ck.check_settings("step-1", m, Config(sg=False).settled(1, 1))
 
 
 def _tmpfs(path, size):

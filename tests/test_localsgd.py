@@ -38,23 +38,23 @@ def problem(seed, sg, shards=3, n=40, d=16, w=4, k=3, rows=60):
 # The kernel numbers a shard's rows in row order when the shard names many of the table's rows, else in the
 # order it names them: 60 rows take the first way for every shard, 2,000 the second, 200 both (uneven shards).
 @pytest.mark.parametrize("table", [60, 200, 2000])
-@pytest.mark.parametrize("sg", [True, False], ids=["sg", "cbow"])
-def test_the_kernel_is_sequential_sgd_per_shard_summed_in_shard_order(sg, table):
+@pytest.mark.parametrize("sg, cbow_mean", [(True, True), (False, True), (False, False)], ids=["sg", "cbow", "cbow-sum"])
+def test_the_kernel_is_sequential_sgd_per_shard_summed_in_shard_order(sg, cbow_mean, table):
     lib = native.local_sgd_kernel()
     assert lib is not None, native.unavailable("localsgd_kernel")
     rows, ctx, tgt, bounds = problem(1, sg, rows=table)
-    want, want_loss, want_count = localsgd.reference(sg, rows, ctx, tgt, bounds, np.float32(0.05))
-    got, loss, count = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), threads=1)
+    want, want_loss, want_count = localsgd.reference(sg, rows, ctx, tgt, bounds, np.float32(0.05), cbow_mean)
+    got, loss, count = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), 1, cbow_mean)
     assert np.abs(want).max() > 1e-2  # it learned
     assert np.abs(got - want).max() < KERNEL_ATOL
     assert count == want_count and loss == pytest.approx(want_loss, rel=1e-5)
     # threads run whole shards and the sum keeps shard order: the same bytes on any count
     for threads in (2, 3, 5):
-        again, loss2, count2 = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), threads)
+        again, loss2, count2 = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), threads, cbow_mean)
         assert again.tobytes() == got.tobytes() and (loss2, count2) == (loss, count)
     # a shard sees its own updates at once, and not the other shards': one shard is not three summed (where
     # the shards share rows: in 60)
-    one, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds[[0, -1]], np.float32(0.05))
+    one, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds[[0, -1]], np.float32(0.05), 1, cbow_mean)
     assert table > 60 or np.abs(one - got).max() > 1e-3
 
 

@@ -9,9 +9,9 @@ from hvd_w2v.training.batches import Batch
 from hvd_w2v.training.loop import StepPlan
 
 
-def one_group(sg, fused):
+def one_group(sg, fused, cbow_mean=True):
     """The step function with all centres in one group of any width."""
-    fn = sgns.step_function(sg, 1, fused)
+    fn = sgns.step_function(sg, 1, fused, cbow_mean=cbow_mean)
     return lambda table, ctx, tgt, alpha: fn(table, [ctx], [tgt], alpha)
 
 
@@ -39,14 +39,17 @@ def sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
-def reference(table, ctx, tgt, alpha, sg):
-    """word2vec.c's updates, one pair at a time, every one read from the same snapshot and summed."""
+def reference(table, ctx, tgt, alpha, sg, cbow_mean=True):
+    """word2vec.c's updates, one pair at a time, every one read from the same snapshot and summed; CBOW of the
+    context's mean, or of its sum, each context word then getting 1/m of the update (gensim's cbow_mean=0)."""
     none = len(table) - 1
     up = np.zeros_like(table, dtype=np.float64)
     for i in range(len(ctx)):
         words = [c for c in ctx[i] if c != none]
         targets = [(t, 1.0 if k == 0 else 0.0) for k, t in enumerate(tgt[i]) if k == 0 or t != tgt[i, 0]]
-        inputs = [(table[c], [c]) for c in words] if sg else [(table[words].mean(axis=0), words)]
+        inputs = ([(table[c], [c]) for c in words] if sg else [(table[words].mean(axis=0), words)] if cbow_mean
+                  else [(table[words].sum(axis=0), words)])
+        share = 1.0 if sg or cbow_mean else 1.0 / len(words)
         for l1, receivers in inputs:
             neu1e = np.zeros(table.shape[1])
             for t, label in targets:
@@ -54,17 +57,18 @@ def reference(table, ctx, tgt, alpha, sg):
                 neu1e += g * table[t]
                 up[t] += g * l1
             for c in receivers:
-                up[c] += neu1e
+                up[c] += share * neu1e
     return up[:-1]
 
 
-@pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
-def test_updates_equal_word2vec_loops(sg, fused):
+@pytest.mark.parametrize("sg, cbow_mean", [(True, True), (False, True), (False, False)],
+                         ids=["skipgram", "cbow", "cbow-sum"])
+def test_updates_equal_word2vec_loops(sg, cbow_mean, fused):
     """Each call's own learning rate."""
     table, ctx, tgt = example(0)
     for alpha in (0.025, 0.01):
-        updates, loss, pairs = one_group(sg, fused)(table, ctx, tgt, np.float32(alpha))
-        np.testing.assert_allclose(updates, reference(table, ctx, tgt, alpha, sg), atol=1e-6)
+        updates, loss, pairs = one_group(sg, fused, cbow_mean)(table, ctx, tgt, np.float32(alpha))
+        np.testing.assert_allclose(updates, reference(table, ctx, tgt, alpha, sg, cbow_mean), atol=1e-6)
         assert float(pairs) == ((ctx < len(table) - 1).sum() if sg else len(ctx))
         assert float(loss) > 0
 

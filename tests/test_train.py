@@ -91,6 +91,22 @@ def test_the_python_fallbacks_train_the_same_vectors(corpus, reference, tmp_path
     assert diff < ATOL, f"the fallbacks differ from the compiled code by {diff:.2e}"
 
 
+def test_cbow_of_the_context_s_sum_trains_alike_on_both_paths_and_rank_counts(corpus, reference, tmp_path):
+    """--cbow-mean 0 (gensim's cbow_mean=0): the compiled step on 1 rank and TensorFlow's graph on 2 train the
+    same vectors, not the mean's; skip-gram has no CBOW mean to choose."""
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.common.errors import UserError
+
+    with pytest.raises(UserError, match="--cbow-mean 0 .cbow_mean=0. is CBOW's"):
+        Config(sg=True, cbow_mean=0)
+    runs = {}
+    for name, nranks, env in [("compiled", 1, None), ("graph", 2, {"HVD_W2V_KERNEL": "python"})]:
+        train(corpus, str(tmp_path / name), nranks, "--cbow", "--cbow-mean", "0", env=env)
+        runs[name] = load(f"{tmp_path}/{name}/vectors.bin").vectors
+    assert np.abs(runs["graph"] - runs["compiled"]).max() < ATOL
+    assert np.abs(runs["compiled"] - reference["--cbow"].vectors).max() > 0.01
+
+
 def test_text_and_binary_exports_agree_and_are_in_frequency_order(reference, corpus, tmp_path):
     train(corpus, str(tmp_path), 2, *ARCH["--sg"], "--format", "text", "binary")
     text, binary = load(f"{tmp_path}/vectors.txt", binary=False), load(f"{tmp_path}/vectors.bin")

@@ -50,7 +50,10 @@ class Config:
     epochs: int = 5
     alpha: float = 0.025  # learning rate at the start; decays linearly with global progress ...
     min_alpha: float = 0.0001  # ... to this at the end
-    sg: bool = True  # skip-gram (True) or CBOW with mean of context (False)
+    sg: bool = True  # skip-gram (True) or CBOW (False)
+    # CBOW's hidden layer: the context rows' mean (word2vec.c's; gensim's cbow_mean=1), or their sum, each context
+    # row then getting 1/m of the update (gensim's cbow_mean=0). Skip-gram has none.
+    cbow_mean: bool = True
     seed: int = 1  # every random stream is a function of (seed, epoch, corpus position): rank-count free
     # Corpus positions in one global step, shared out over the ranks. Every update of a step comes from the
     # same snapshot, so larger steps are cheaper but learn less per word, and past this default they lose
@@ -122,6 +125,7 @@ class Config:
             (self.max_final_vocab >= 0,
              f"--max-final-vocab must be 0 (no limit) or more, got {self.max_final_vocab}"),
             (0 <= self.sample < 1, f"--sample must be in [0, 1), got {self.sample}"),
+            (self.cbow_mean or not self.sg, "--cbow-mean 0 (cbow_mean=0) is CBOW's: give --cbow (sg=0) too"),
             (1 <= self.epochs <= 1000, f"--epochs must be in 1..1000, got {self.epochs}"),
             (0 < self.alpha <= 1, f"--alpha must be in (0, 1], got {self.alpha}"),
             (0 <= self.min_alpha <= self.alpha, f"--min-alpha must be in [0, alpha], got {self.min_alpha}"),

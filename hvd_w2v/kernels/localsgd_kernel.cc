@@ -9,7 +9,8 @@
 // centre's W_out row, then its noise words'), the centres of shard s being [bounds[s], bounds[s + 1]). Writes
 // deltas float32[T - 1, d], every row's deltas summed over the shards that touched it, and sums[0] the loss
 // (summed -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). A noise
-// word equal to the centre is skipped, as in word2vec.c.
+// word equal to the centre is skipped, as in word2vec.c. ``arch``: sgns_kernel.cc's (1 skip-gram, 0 CBOW of the
+// context's mean, 2 of its sum).
 //
 // Threads (the rank's budget): the shards run in rounds of one shard a thread; after each round the threads
 // add its deltas, each into its range of rows, shard by shard in shard order. A shard's deltas depend on its
@@ -126,8 +127,9 @@ struct Copy {
 
 // word2vec.c's SGD over the centres [from, to) of ``mine``'s examples (counted from the shard's first), in
 // order, on its copy; adds their loss and count.
-void sgd(bool sg, int64_t d, float alpha, int64_t w, int64_t k1, int64_t from, int64_t to, Copy& mine,
+void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t from, int64_t to, Copy& mine,
          double* loss_out, double* count_out) {
+  const bool sg = arch == 1, mean = arch == 0;  // sgns_kernel.cc's codes: skip-gram, CBOW's mean, its sum
   std::vector<float> work(d), hidden(d), grad(k1);
   std::vector<float*> l2(k1);
   float* copy = mine.copy.data();
@@ -162,7 +164,8 @@ void sgd(bool sg, int64_t d, float alpha, int64_t w, int64_t k1, int64_t from, i
         ++m;
       }
       if (m == 0) continue;
-      for (int64_t x = 0; x < d; ++x) hidden[x] /= m;
+      if (mean)
+        for (int64_t x = 0; x < d; ++x) hidden[x] /= m;
       gradients(hidden.data(), l2.data(), k1, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int64_t k = 0; k < k1; ++k) {
@@ -170,9 +173,11 @@ void sgd(bool sg, int64_t d, float alpha, int64_t w, int64_t k1, int64_t from, i
         axpy(grad[k], l2[k], work.data(), d);
         axpy(grad[k], hidden.data(), l2[k], d);
       }
-      // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
+      // As word2vec.c, the mean's: each context word receives the whole hidden-layer update; as gensim's sum,
+      // each receives 1/m of it.
+      const float share = mean ? 1.f : 1.f / m;
       for (int64_t j = 0; j < w; ++j)
-        if (cs[j] >= 0) axpy(1.f, work.data(), row(cs[j]), d);
+        if (cs[j] >= 0) axpy(share, work.data(), row(cs[j]), d);
       count += 1;
     }
   }
@@ -225,7 +230,7 @@ std::vector<std::vector<int32_t>> scratch;  // a thread's ``at`` (Copy::begin)
 
 // A super-step in sub-steps (hvd_w2v_local_sgd_open's contract): every shard's copy held from open to close.
 struct Session {
-  int64_t sg = 0, T = 0, d = 0, w = 0, k1 = 0, shards = 0, parts = 0, hot_lo = 0, hot_hi = 0;
+  int64_t arch = 0, T = 0, d = 0, w = 0, k1 = 0, shards = 0, parts = 0, hot_lo = 0, hot_hi = 0;
   int team = 1;
   const float* rows = nullptr;
   std::vector<int64_t> bounds;  // shard s's sub-step j: centres [bounds[s parts + j], bounds[s parts + j + 1])
@@ -248,8 +253,8 @@ extern "C" {
 
 // The super-step (the contract above). Returns 0, or -1 with nothing written when a row index lies outside
 // [0, T) or the bounds are not increasing within [0, n].
-int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, const int32_t* ctx, int64_t w,
-                          const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
+int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d, const int32_t* ctx,
+                          int64_t w, const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
                           float alpha, int64_t threads, float* deltas, double* sums) {
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
   if (!checked(ctx, w, tgt, k1, n, T, bounds, shards, team)) return -1;
@@ -267,7 +272,7 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
     for (int64_t first = 0; first < shards; first += team) {
       if (first + t < shards) {
         copies[t].begin(scratch[t], rows, T, d, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1]);
-        sgd(sg, d, alpha, w, k1, 0, bounds[first + t + 1] - bounds[first + t], copies[t], &loss[first + t],
+        sgd(arch, d, alpha, w, k1, 0, bounds[first + t + 1] - bounds[first + t], copies[t], &loss[first + t],
             &count[first + t]);
       }
 #pragma omp barrier
@@ -292,15 +297,15 @@ int64_t hvd_w2v_local_sgd(int64_t sg, const float* rows, int64_t T, int64_t d, c
 // [hot_lo, hot_hi) are the hot rows. The arrays must live until close. Every shard's copy is held at once.
 // Each returns 0, or -1 with nothing written: open when an index or the bounds are wrong, the others when
 // called out of turn.
-int64_t hvd_w2v_local_sgd_open(int64_t sg, const float* rows, int64_t T, int64_t d, const int32_t* ctx, int64_t w,
-                               const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
+int64_t hvd_w2v_local_sgd_open(int64_t arch, const float* rows, int64_t T, int64_t d, const int32_t* ctx,
+                               int64_t w, const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
                                int64_t parts, int64_t hot_lo, int64_t hot_hi, int64_t threads) {
   Session& S = session;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
   if (shards < 1 || parts < 1 || hot_lo < 0 || hot_lo > hot_hi || hot_hi > T - 1 ||
       !checked(ctx, w, tgt, k1, n, T, bounds, shards * parts, team))
     return -1;
-  S.sg = sg, S.T = T, S.d = d, S.w = w, S.k1 = k1, S.shards = shards, S.parts = parts, S.hot_lo = hot_lo;
+  S.arch = arch, S.T = T, S.d = d, S.w = w, S.k1 = k1, S.shards = shards, S.parts = parts, S.hot_lo = hot_lo;
   S.hot_hi = hot_hi, S.team = team, S.rows = rows;
   S.bounds.assign(bounds, bounds + shards * parts + 1);
   const int64_t nh = hot_hi - hot_lo;
@@ -355,7 +360,7 @@ int64_t hvd_w2v_local_sgd_substep(int64_t part, float alpha, float* hot, float* 
       };
       for (int64_t j = from * w; j < to * w; ++j) name(c.ctx[j]);
       for (int64_t j = from * k1; j < to * k1; ++j) name(c.tgt[j]);
-      sgd(S.sg, d, alpha, w, k1, from, to, c, &S.loss[s], &S.count[s]);
+      sgd(S.arch, d, alpha, w, k1, from, to, c, &S.loss[s], &S.count[s]);
     }
     // Each thread its range of hot rows, summed over the shards that named them, in shard order.
     const int t = omp_get_thread_num();

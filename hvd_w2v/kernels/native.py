@@ -150,7 +150,13 @@ def step_kernel():
     return _library("sgns_kernel", STEP_FUNCTIONS, "the compiled step", I64, fallback="the TensorFlow graph")
 
 
-def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
+def arch(sg, cbow_mean=True):
+    """The kernels' code of an architecture: 1 skip-gram, 0 CBOW of the context's mean (word2vec.c's), 2 CBOW
+    of its sum (gensim's cbow_mean=0)."""
+    return 1 if sg else 0 if cbow_mean else 2
+
+
+def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1, cbow_mean=True):
     """sgns.step_function's maths in one compiled call on ``threads`` threads: ``rows`` float32[T, d], the
     groups' int32 blocks ``ctxs`` [n_g, w_g] and ``tgts`` [n_g, 1 + K] (C-contiguous, indices in [0, T)).
     Returns (updates float32[T - 1, d], loss, count)."""
@@ -162,7 +168,7 @@ def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1):
                          "[n, 1 + K] blocks that agree on n")
     updates = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
-    if lib.hvd_w2v_sgns_step(int(sg), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs), _pointers(ctxs),
+    if lib.hvd_w2v_sgns_step(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs), _pointers(ctxs),
                              _pointers(tgts), _int64s([len(c) for c in ctxs]), _int64s([c.shape[1] for c in ctxs]),
                              _int64s([t.shape[1] for t in tgts]), alpha, threads, updates.ctypes.data, sums):
         raise IndexError(f"the step's context or target rows must lie in [0, {len(rows)})")
@@ -501,7 +507,7 @@ def _shard_blocks(rows_count, ctx, tgt, bounds):
     return bounds
 
 
-def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1):
+def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1, cbow_mean=True):
     """localsgd's super-step in one compiled call on ``threads`` threads (the same bytes on any count):
     ``rows`` float32[T, d] (the snapshot, row T - 1 "no context word"), ``ctx`` int32[n, w] and ``tgt``
     int32[n, 1 + K], shard s's centres ``[bounds[s], bounds[s + 1])``. Returns (deltas float32[T - 1, d]:
@@ -511,7 +517,7 @@ def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1):
         raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
     deltas = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
-    if lib.hvd_w2v_local_sgd(int(sg), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
+    if lib.hvd_w2v_local_sgd(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
                              tgt.ctypes.data, tgt.shape[1], len(ctx), bounds.ctypes.data, len(bounds) - 1, alpha,
                              threads, deltas.ctypes.data, sums):
         raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}) and its bounds increase within the centres")
@@ -526,14 +532,14 @@ class LocalSession:
     in order, then :meth:`close`. One session at a time in a process (the library holds it); every shard's copy
     of its rows is held from here to close."""
 
-    def __init__(self, lib, sg, rows, ctx, tgt, bounds, parts, hot_lo, hot_hi, threads=1):
+    def __init__(self, lib, sg, rows, ctx, tgt, bounds, parts, hot_lo, hot_hi, threads=1, cbow_mean=True):
         bounds = _shard_blocks(len(rows), ctx, tgt, bounds)
         if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
             raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
         self.lib, self.keep, self.hot = lib, (rows, ctx, tgt, bounds), (hot_lo, hot_hi)
         shards = (len(bounds) - 1) // parts
         if shards * parts + 1 != len(bounds) or lib.hvd_w2v_local_sgd_open(
-                int(sg), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1], tgt.ctypes.data,
+                arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1], tgt.ctypes.data,
                 tgt.shape[1], len(ctx), bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
             raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}), its bounds increase within the centres "
                              f"({parts} a shard) and its hot rows lie in the table")

@@ -8,7 +8,9 @@
 //
 // Contract (sgns.step_function documents it for both paths): rows float32[T, d] (the step's unique rows, then
 // zero rows; the last one, T - 1, stands for "no context word"), N groups of int32 blocks, ctx [n_g, w_g] of
-// row indices and tgt [n_g, 1 + K] (the centre's W_out row, then its noise words'), alpha. Writes updates
+// row indices and tgt [n_g, 1 + K] (the centre's W_out row, then its noise words'), alpha, and ``arch``: 1
+// skip-gram, 0 CBOW of the context's mean (word2vec.c's; gensim's cbow_mean=1), 2 CBOW of its sum (gensim's
+// cbow_mean=0: each context row then gets 1/m of the hidden layer's update). Writes updates
 // float32[T - 1, d], every row's summed update (the last row's is dropped), and sums[0] the loss (summed
 // -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). Every update is
 // computed from the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
@@ -145,8 +147,9 @@ inline void prefetch_centre(const float* rows, const Out& up, int d, int none, c
 // chunks' sums stand side by side in one cache line, and adding into them at every pair made the cores pass
 // that line back and forth (false sharing; the bench README, "Threads inside a rank", has the maths before
 // and after).
-void centres(bool sg, const float* rows, int d, int none, float alpha, const int32_t* ctx, int w, const int32_t* tgt,
-             int k1, int64_t lo, int64_t hi, const Out& up, double* loss_sum, double* count_sum) {
+void centres(int64_t arch, const float* rows, int d, int none, float alpha, const int32_t* ctx, int w,
+             const int32_t* tgt, int k1, int64_t lo, int64_t hi, const Out& up, double* loss_sum, double* count_sum) {
+  const bool sg = arch == 1, mean = arch == 0;
   std::vector<float> work(d), hidden(d), grad(k1);
   double loss = *loss_sum, count = *count_sum;
   for (int64_t i = lo; i < hi; ++i) {
@@ -177,7 +180,8 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
         ++m;
       }
       if (m == 0) continue;  // a padding centre learns nothing
-      for (int x = 0; x < d; ++x) hidden[x] /= m;
+      if (mean)
+        for (int x = 0; x < d; ++x) hidden[x] /= m;
       gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int k = 0; k < k1; ++k) {
@@ -186,9 +190,11 @@ void centres(bool sg, const float* rows, int d, int none, float alpha, const int
         axpy(grad[k], l2, work.data(), d);
         axpy(grad[k], hidden.data(), up.row(ts[k]), d);
       }
-      // As word2vec.c: each context word receives the whole hidden-layer update (not divided by m).
+      // As word2vec.c, the mean's: each context word receives the whole hidden-layer update; as gensim's sum,
+      // each receives 1/m of it.
+      const float share = mean ? 1.f : 1.f / m;
       for (int j = 0; j < w; ++j)
-        if (cs[j] != none) axpy(1.f, work.data(), up.row(cs[j]), d);
+        if (cs[j] != none) axpy(share, work.data(), up.row(cs[j]), d);
       count += 1;
     }
   }
@@ -212,7 +218,7 @@ extern "C" {
 
 // The step (the contract above): group g's blocks are ctxs[g] [centres[g], widths[g]] and tgts[g]
 // [centres[g], targets[g]]. Returns 0, or -1 with nothing written when a row index lies outside [0, T).
-int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, int64_t groups,
+int64_t hvd_w2v_sgns_step(int64_t arch, const float* rows, int64_t T, int64_t d, int64_t groups,
                           const int32_t* const* ctxs, const int32_t* const* tgts, const int64_t* centres_of,
                           const int64_t* widths, const int64_t* targets, float alpha, int64_t threads, float* up,
                           double* sums) {
@@ -233,7 +239,7 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
       }
       for (int64_t k = i * k1; k < (i + 1) * k1; ++k)
         if (tgts[g][k] < 0 || tgts[g][k] > none) return -1;
-      cost.push_back(cost.back() + (sg ? m * (3 * k1 + 1) : m > 0 ? 3 * k1 + 2 * m : 0));
+      cost.push_back(cost.back() + (arch == 1 ? m * (3 * k1 + 1) : m > 0 ? 3 * k1 + 2 * m : 0));
     }
     start[g + 1] = start[g] + centres_of[g];
   }
@@ -266,7 +272,7 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
     std::fill(up, up + cells, 0.f);
     PROFILE(caller.lap(MARKS));
     run(0, [&](int64_t g, int64_t a, int64_t b) {
-      centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, Out{up, d}, &loss[0],
+      centres(arch, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, Out{up, d}, &loss[0],
               &count[0]);
     });
     PROFILE(caller.lap(CENTRES));
@@ -311,7 +317,8 @@ int64_t hvd_w2v_sgns_step(int64_t sg, const float* rows, int64_t T, int64_t d, i
       }
       PROFILE(watch.lap(SHARED));
       run(t, [&](int64_t g, int64_t a, int64_t b) {
-        centres(sg, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, out, &loss[t], &count[t]);
+        centres(arch, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, out, &loss[t],
+                &count[t]);
       });
       PROFILE(watch.lap(CENTRES));
 #pragma omp barrier

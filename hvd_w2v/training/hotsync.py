@@ -62,10 +62,10 @@ class HotSync(LocalSGD):
         hot_lo, hot_hi = step.cold, len(step.keys)
         if self.lib is not None:
             session = native.LocalSession(self.lib, self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.segments,
-                                          self.parts, hot_lo, hot_hi, self.threads)
+                                          self.parts, hot_lo, hot_hi, self.threads, self.cfg.cbow_mean)
         else:
             session = Reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.segments, self.parts, hot_lo,
-                                hot_hi)
+                                hot_hi, self.cfg.cbow_mean)
         for part in range(self.parts):
             deltas, touching = session.substep(part, alpha)
             changed = np.flatnonzero(np.isin(hot_keys, self.hot.apply(hot_keys, deltas, touching, self.apply)))
@@ -81,8 +81,8 @@ class Reference:
     """native.LocalSession in numpy, one centre at a time: the fallback, and what the kernel is tested
     against (the same sums in the same order)."""
 
-    def __init__(self, sg, rows, ctx, tgt, segments, parts, hot_lo, hot_hi):
-        self.sg, self.rows, self.ctx, self.tgt, self.parts = sg, rows, ctx, tgt, parts
+    def __init__(self, sg, rows, ctx, tgt, segments, parts, hot_lo, hot_hi, cbow_mean=True):
+        self.sg, self.rows, self.ctx, self.tgt, self.parts, self.mean = sg, rows, ctx, tgt, parts, cbow_mean
         self.segments, self.hot = np.asarray(segments), (hot_lo, hot_hi)
         shards = (len(segments) - 1) // parts
         self.copies = [rows.copy() for _ in range(shards)]
@@ -99,7 +99,7 @@ class Reference:
         touching = np.zeros(len(hot), np.float32)
         for s, mine in enumerate(self.copies):
             lo, hi = self.segments[s * self.parts + part], self.segments[s * self.parts + part + 1]
-            loss, count = localsgd.shard_sgd(self.sg, mine, self.ctx, self.tgt, lo, hi, alpha)
+            loss, count = localsgd.shard_sgd(self.sg, mine, self.ctx, self.tgt, lo, hi, alpha, self.mean)
             self.loss, self.count = self.loss + loss, self.count + count
             touched = np.flatnonzero(_named(len(self.rows), self.ctx[lo:hi], self.tgt[lo:hi])[hot_lo:hot_hi])
             hot[touched] += mine[hot_lo + touched] - self.base[touched]

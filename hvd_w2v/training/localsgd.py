@@ -111,8 +111,8 @@ class LocalSGD:
         order, loss, count)."""
         if self.lib is not None:
             return native.local_sgd(self.lib, self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha,
-                                    self.threads)
-        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha)
+                                    self.threads, self.cfg.cbow_mean)
+        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha, self.cfg.cbow_mean)
 
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
@@ -147,7 +147,7 @@ class ClippedMerge:
         native.merge_sources(table, rows, blocks, sgd, self.cap, self.clip, self.threads)
 
 
-def reference(sg, rows, ctx, tgt, bounds, alpha):
+def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True):
     """localsgd_kernel.cc's super-step in numpy, one centre at a time: the fallback, and what the kernel is
     tested against (the same sums in the same order, up to the exp and log1p of each library)."""
     none = len(rows) - 1
@@ -155,7 +155,7 @@ def reference(sg, rows, ctx, tgt, bounds, alpha):
     loss = count = 0.0
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         mine = rows.copy()
-        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha)
+        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean)
         loss, count = loss + shard_loss, count + shard_count
         touched = np.zeros(len(rows), bool)
         touched[ctx[lo:hi].ravel()] = touched[tgt[lo:hi].ravel()] = True
@@ -164,19 +164,23 @@ def reference(sg, rows, ctx, tgt, bounds, alpha):
     return deltas, loss, count
 
 
-def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha):
+def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True):
     """word2vec.c's SGD over the centres ``[lo, hi)`` in order, on the table ``mine`` (float32[T, d], row T - 1
-    "no context word"), in place; returns (loss, count)."""
+    "no context word"), in place; returns (loss, count). CBOW of the context's mean, or with ``cbow_mean``
+    False of its sum, each context row then getting 1/m of the update (gensim's cbow_mean=0)."""
     none = len(mine) - 1
     loss = count = 0.0
     for i in range(lo, hi):
         cs = [c for c in ctx[i] if c != none]
         ts = [t for k, t in enumerate(tgt[i]) if t != none and (k == 0 or t != tgt[i][0])]
         labels = [1.0] + [0.0] * (len(ts) - 1)  # the centre, then its noise words
+        share = np.float32(1)
         if sg:
             inputs = [(mine[c], [c]) for c in cs]
-        elif cs:
+        elif cs and cbow_mean:
             inputs = [(mine[cs].mean(axis=0, dtype=np.float32), cs)]
+        elif cs:
+            inputs, share = [(mine[cs].sum(axis=0, dtype=np.float32), cs)], np.float32(1) / np.float32(len(cs))
         else:
             inputs = []
         for l1, into in inputs:
@@ -189,6 +193,6 @@ def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha):
                 work += g * mine[t]
                 mine[t] += g * l1
             for c in into:
-                mine[c] += work
+                mine[c] += share * work
             count += 1
     return loss, count

@@ -190,7 +190,7 @@ class ExactStep:
         tensorflow(threads)  # sgns's graph, should the compiled step be missing, on the rank's thread budget
         from . import sgns
 
-        self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads)
+        self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads, cbow_mean=cfg.cbow_mean)
         self.apply = CappedAdd(float(cfg.update_cap), threads)
         self.empty_rows = self.fn.empty_rows
         self.prepare = lambda done: prepare_step(stream, vocab, cfg, plan, hot.n, self.fn.groups, done, rank,

@@ -56,24 +56,26 @@ def _skipgram(rows, ctx, tgt, alpha):
     return d_c, d_o, _loss(logits, labels[:, None, :], mask), tf.reduce_sum(cmask)
 
 
-def _cbow(rows, ctx, tgt, alpha):
-    """One group, CBOW: the mean of the context rows predicts the centre. (d_c, d_o, loss, centres)."""
+def _cbow(rows, ctx, tgt, alpha, mean=True):
+    """One group, CBOW: the mean of the context rows (or with ``mean`` False their sum, gensim's cbow_mean=0)
+    predicts the centre. (d_c, d_o, loss, centres)."""
     cmask, c, o, tmask, labels = _common(rows, ctx, tgt)
     count = tf.maximum(tf.reduce_sum(cmask, axis=1, keepdims=True), 1.0)
     has = tf.reduce_max(cmask, axis=1, keepdims=True)  # 0 for a padding centre: it learns nothing
     tmask *= has
-    h = tf.reduce_sum(c, axis=1) / count  # [n, d]
+    h = tf.reduce_sum(c, axis=1) / count if mean else tf.reduce_sum(c, axis=1)  # [n, d]
     logits = tf.einsum("nd,nkd->nk", h, o)
     g = (labels - tf.sigmoid(logits)) * alpha * tmask
     d_h = tf.einsum("nk,nkd->nd", g, o)
-    # As word2vec.c: each context word receives the whole hidden-layer update (not divided by the count).
-    d_c = d_h[:, None, :] * cmask[..., None]
+    # As word2vec.c, the mean's: each context word receives the whole hidden-layer update; as gensim's sum, each
+    # receives 1/count of it.
+    d_c = (d_h if mean else d_h / count)[:, None, :] * cmask[..., None]
     d_o = g[..., None] * h[:, None, :]
     return d_c, d_o, _loss(logits, labels, tmask), tf.reduce_sum(has)
 
 
 @functools.lru_cache(maxsize=None)
-def step_function(sg, groups, fused=None, threads=1):
+def step_function(sg, groups, fused=None, threads=1, cbow_mean=True):
     """The step's maths for ``groups`` context-width groups, on ``threads`` threads (the compiled step's; the
     graph runs on TensorFlow's intra-op pool, which comm.init sizes to the same budget).
 
@@ -85,7 +87,8 @@ def step_function(sg, groups, fused=None, threads=1):
     [n_g, 1 + negative] the centre's row then its noise words'), ``alpha`` the step's learning rate.
     ``updates`` float32[U, d] is every row's summed update (the zero row's dropped; the graph's a read-only
     array on TensorFlow's memory), ``loss`` the summed loss and ``count`` the pairs (skip-gram) or centres
-    (CBOW) trained, scalars (``float()`` takes either path's).
+    (CBOW) trained, scalars (``float()`` takes either path's). ``cbow_mean``: CBOW of the context's mean
+    (word2vec.c's), or of its sum, each context row then getting 1/m of the update (gensim's cbow_mean=0).
 
     Two implementations of the same sums: the compiled step of sgns_kernel.cc (``fused`` True; the default
     when it builds here, see :func:`fused`) and the TensorFlow graph below (``fused`` False; the reference
@@ -98,12 +101,12 @@ def step_function(sg, groups, fused=None, threads=1):
         raise RuntimeError(f"the compiled step is not available: {fused_error()}")
     if lib is not None:
         def run(rows, ctxs, tgts, alpha):
-            return native.sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads)
+            return native.sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads, cbow_mean)
 
         run.fused, run.empty_rows, run.groups = True, empty_rows, 1
         return run
 
-    body = _skipgram if sg else _cbow
+    body = _skipgram if sg else functools.partial(_cbow, mean=cbow_mean)
     ints = [tf.TensorSpec([None, None], tf.int32)] * groups
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), ints, ints,
