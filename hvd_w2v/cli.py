@@ -108,7 +108,7 @@ def _vocabulary(args, encode=False):
     try:
         stage = pipeline.staging(comm, args.out)
         paths, voc, _, planned = pipeline.vocabulary(comm, args.corpus, args.out, cfg, args.command, limit,
-                                                     into=stage)
+                                                     into=stage, read_vocab=args.read_vocab)
         stream = pipeline.encode(comm, paths, voc, stage) if encode else None
         pipeline.commit(comm, stage, args.out, stream)
         log(comm, pipeline.against_plan(planned.peak(args.command), pipeline.peaks(comm)))
@@ -126,7 +126,8 @@ def cmd_train(args):
                              max_memory_per_rank=args.max_memory_per_rank, checkpoint_every=args.checkpoint_every,
                              final_checkpoint=args.final_checkpoint, resume=args.resume,
                              overwrite=args.overwrite, format=args.format,
-                             quiet=args.quiet, tensorboard=args.tensorboard, **vars(config_from(args)))
+                             quiet=args.quiet, tensorboard=args.tensorboard, read_vocab=args.read_vocab,
+                             **vars(config_from(args)))
     except checkpoint.Interrupted:
         return checkpoint.EXIT_INTERRUPTED
     run.comm.watch.enter("query")
@@ -270,6 +271,9 @@ def add_corpus_options(p):
                    default=d.max_final_vocab,
                    help="keep at most this many most frequent words, those tied at the cut left out, as gensim's "
                         "max_final_vocab; 0: all (--max-vocab-size: its former name; default: %(default)s)")
+    g.add_argument("--read-vocab", metavar="FILE", default=None,
+                   help="take the words' counts from FILE, 'word count' lines (word2vec.c's -read-vocab; a run's "
+                        "vocab.txt), instead of counting the corpus; --min-count and --max-final-vocab still apply")
     p.add_argument("--threads", type=int, default=None,
                    help="compute threads per rank (default: $HVD_W2V_THREADS, which mpi/launch sets to the host's "
                    "cores over its ranks, else 1)")

@@ -48,7 +48,7 @@ class Run:
 
 def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max_memory_per_rank=None,
           checkpoint_every=30.0, final_checkpoint=True, resume=False, overwrite=False, format=FORMATS,
-          quiet=False, tensorboard=None, **config):
+          quiet=False, tensorboard=None, read_vocab=None, **config):
     """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
 
     ``corpus``: a path or a list of them: text files, plain or .gz, or folders of them (corpus.files_of: their
@@ -72,7 +72,9 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
       checkpoints and vectors are removed once this run's checks pass; without it (or ``resume``) such a
       folder is refused;
     - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin), one or a list;
-    - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars.
+    - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars;
+    - ``read_vocab``: a file of ``word count`` lines (word2vec.c's -read-vocab; a run's vocab.txt) whose counts
+      stand for the corpus's: the count pass is skipped (--min-count and --max-final-vocab still apply).
 
     One job per run folder: rank 0 holds ``out``'s lock (hvd_w2v/store/runlock.py) from before anything is written
     to the end, and another job into ``out`` is refused naming it. What the run prepares (vocab.txt, ids/) is
@@ -105,12 +107,13 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     lock = hold(saver.comm, out, "train", resume=resume, overwrite=overwrite)
     try:
         return _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet,
-                      tensorboard)
+                      tensorboard, read_vocab)
     finally:
         release(saver.comm, lock, out)
 
 
-def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard):
+def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard,
+           read_vocab):
     """:func:`train` once ``out``'s lock is held."""
     from .parallel.watchdog import io_budget
     from .store import checkpoint
@@ -126,7 +129,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
     paths, voc, cfg, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
-                                          tensorboard=tensorboard)
+                                          tensorboard=tensorboard, read_vocab=read_vocab)
     if tensorboard:
         from .queries import runfolder
 
@@ -221,7 +224,8 @@ def start(cfg=None, threads=None, stall_timeout=None):
     return comm_mod.init(threads, cycle, stall_timeout=stall_timeout)
 
 
-def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None, tensorboard=False):
+def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None, tensorboard=False,
+               read_vocab=None):
     """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
     corpus), plan the memory of a job that runs up to ``stage`` (:func:`memory_plan`) and write the vocabulary
     as vocab.txt ("word count" lines, most frequent first) into the folder ``into`` (None: ``out``; train and
@@ -234,7 +238,9 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     (memory.CountingLimit), and the plan before anything is written to ``out``. ``quiet``: no progress lines
     while the text is read. With the compiled passes, a job that encodes (``stage`` "encode" or "train")
     counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for :func:`encode`
-    (vocab.build's ``numbered``). ``tensorboard``: training writes TensorBoard scalars (memory_plan's)."""
+    (vocab.build's ``numbered``). ``tensorboard``: training writes TensorBoard scalars (memory_plan's).
+    ``read_vocab``: a ``word count`` file whose counts stand for the corpus's, which is then not counted
+    (text/readvocab.py); the encoding reads the text."""
     from .common.config import MAX_SUPERSTEP, SUPERSTEPS_AN_EPOCH
     from .kernels import native
     from .parallel.comm import log
@@ -242,7 +248,7 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     from .planning import memory
     from .queries import runfolder
     from .store import export as export_mod
-    from .text import vocab
+    from .text import readvocab, vocab
     from .text.corpus import most_readers
 
     say = lambda m: log(comm, m)  # noqa: E731
@@ -259,13 +265,15 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
                                         most_readers(paths, comm.size, comm.threads),
                                         memory.baseline(tensorflow_loaded()))
     numbered = None
-    if stage != "vocab" and native.text_kernel() is not None:
+    if stage != "vocab" and native.text_kernel() is not None and not read_vocab:
         from .text.encode import Provisional
 
         # As many files open as pieces read at once, at most (corpus.readers: no more than the threads); the
         # files are not looked at before vocab.build has checked them.
         numbered = Provisional(os.path.join(into or out, "ids"), comm.threads, comm.rank)
-    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered)
+    counted = readvocab.counts(comm, read_vocab) if read_vocab else None
+    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered, counted=counted)
+    del counted
     try:
         auto, cfg = cfg.shards and cfg.superstep is None, cfg.sized(voc.total)
         if auto:

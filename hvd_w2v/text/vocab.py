@@ -617,7 +617,7 @@ def cuts(block, chunk_bytes):
         start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None):
+def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None, counted=None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
     cannot read a file or sees another size than rank 0 (corpus.check_shared), or when the counts a rank
@@ -626,25 +626,34 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
     ``numbered`` (encode.Provisional, or None): encode in the same pass where :func:`count` can (the compiled
     passes). The Vocab's ``provisional`` is then (``numbered``, int32 id of each provisional number, -1 for
     a word not kept, and of each private index: native.remap's ``below``), which encode.encode turns into the id
-    stream; else None. On any error ``numbered`` is emptied (nothing of the stream is left)."""
+    stream; else None. On any error ``numbered`` is emptied (nothing of the stream is left).
+
+    ``counted``: (Counted, tokens, where from) that stand for this rank's count (readvocab.counts, word2vec.c's
+    -read-vocab): the text is not read here, ``numbered`` must be None, and ``raw_words`` is the tokens summed."""
+    assert not (counted and numbered is not None), "a vocabulary not counted here numbers no stream"
     try:
-        return _build(comm, paths, cfg, log, reading, limit, numbered)
+        return _build(comm, paths, cfg, log, reading, limit, numbered, counted)
     except BaseException:
         if numbered is not None:
             numbered.remove()
         raise
 
 
-def _build(comm, paths, cfg, log, reading, limit, numbered):
+def _build(comm, paths, cfg, log, reading, limit, numbered, counted):
     corpus.check_shared(comm, paths)
-    pieces = corpus.split(paths, comm.size)[comm.rank]
-    shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
-    tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit, numbered=numbered)
+    if counted:
+        tally, raw, source = counted
+    else:
+        pieces = corpus.split(paths, comm.size)[comm.rank]
+        shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
+        tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit, numbered=numbered)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
-        raise UserError("the corpus holds no words (only whitespace)")
+        raise UserError(f"{source} holds no word that occurs" if counted else
+                        "the corpus holds no words (only whitespace)")
     distinct, most_owned = comm.allreduce(len(tally)), comm.allreduce(len(tally), "max")
-    log(f"vocab: {raw_words:,} words read, {distinct:,} distinct tokens")
+    log(f"vocab: {distinct:,} words and their {raw_words:,} occurrences read from {source}" if counted else
+        f"vocab: {raw_words:,} words read, {distinct:,} distinct tokens")
     # The distinct tokens of a block of text (corpus.BLOCK_BYTES), expected were the corpus's tokens in random
     # order, sum of 1 - (1 - share) ** count: text repeats its words nearer together, so a block holds fewer.
     # What the encoding asks of the owners at a time, for the memory plan (0: a gzip text's share is unknown).
@@ -685,7 +694,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered):
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
-    _, _, _, row_words, row_lengths, (row_ids,) = _to_owners(comm, plan.owner(my_ids), words, lengths, my_ids)
+    _, _, _, row_words, row_lengths, (row_ids,) = to_owners(comm, plan.owner(my_ids), words, lengths, my_ids)
     by_row = np.empty(len(row_ids), np.int64)  # each local row receives one word: the inverse permutation
     by_row[plan.local_row(row_ids)] = np.arange(len(row_ids))
     del row_ids
@@ -707,7 +716,7 @@ def _to_hash_owners(comm, words, lengths, counts, hashes):
     their hash owners (:func:`hash_owner`), in one round (collective). Returns (a function that takes the
     hash owners' values of the words they received, such as their ids, back to the counting ranks in their
     words' order; the received words, lengths, counts and hashes)."""
-    order, per_dest, got, got_words, got_lengths, (got_counts, got_hashes) = _to_owners(
+    order, per_dest, got, got_words, got_lengths, (got_counts, got_hashes) = to_owners(
         comm, hash_owner(hashes, comm.size), words, lengths, counts, hashes)
 
     def back(values):
@@ -719,7 +728,7 @@ def _to_hash_owners(comm, words, lengths, counts, hashes):
     return back, (got_words, got_lengths, got_counts, got_hashes)
 
 
-def _to_owners(comm, owner, words, lengths, *values):
+def to_owners(comm, owner, words, lengths, *values):
     """Send each word (laid end to end) and its item of each of ``values`` (at least one) to rank ``owner`` (int
     array, a rank a word), in one round (collective). Returns (the words' order by owner, how many go to each
     rank, how many came from each, the words received and their lengths, the list of each of ``values``
