@@ -21,8 +21,8 @@ TAIL_BYTES = 1 << 16  # read at a time past a rank's share, to the end of its la
 
 def counts(comm, path):
     """(Counted of the words of ``path`` this rank hash-owns, the counts of this rank's lines summed, ``path``)
-    on every rank (collective): vocab.build's ``counted``. UserError on every rank alike when the file cannot be read, a line is not ``word
-    count`` (named by its number), or a word is listed twice."""
+    on every rank (collective): vocab.build's ``counted``. UserError on every rank alike when the file cannot
+    be read, a line is not ``word count`` (named by its number), or a word is listed twice."""
     error, words, found = None, [], []
     try:
         lines = _my_lines(path, comm.rank, comm.size)
