@@ -127,7 +127,7 @@ def cmd_train(args):
                              final_checkpoint=args.final_checkpoint, resume=args.resume,
                              overwrite=args.overwrite, format=args.format,
                              quiet=args.quiet, tensorboard=args.tensorboard, read_vocab=args.read_vocab,
-                             **vars(config_from(args)))
+                             update=args.update, **vars(config_from(args)))
     except checkpoint.Interrupted:
         return checkpoint.EXIT_INTERRUPTED
     run.comm.watch.enter("query")
@@ -461,6 +461,10 @@ def parser():
     k.add_argument("--resume", action="store_true",
                    help="continue from the newest good checkpoint in --out (any rank count); starts at step 0 "
                         "when there is none")
+    k.add_argument("--update", action="store_true",
+                   help="go on training the finished run in --out on this corpus, new text: counts summed, its "
+                        "words' rows kept, new words of at least --min-count added, the learning rate from "
+                        "--alpha again; the earlier run moves to --out/history/ (gensim's build_vocab(update=True))")
     t.set_defaults(func=cmd_train)
 
     v = _command(sub, "vocab", "count the corpus and write vocab.txt (word count, most frequent first)", [

@@ -48,7 +48,7 @@ class Run:
 
 def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max_memory_per_rank=None,
           checkpoint_every=30.0, final_checkpoint=True, resume=False, overwrite=False, format=FORMATS,
-          quiet=False, tensorboard=None, read_vocab=None, **config):
+          quiet=False, tensorboard=None, read_vocab=None, update=False, **config):
     """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
 
     ``corpus``: a path or a list of them: text files, plain or .gz, or folders of them (corpus.files_of: their
@@ -74,7 +74,12 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     - ``format``: the word2vec files to write, "text" (vectors.txt) and/or "binary" (vectors.bin), one or a list;
     - ``quiet``: no progress bar or lines; ``tensorboard``: a folder for TensorBoard scalars;
     - ``read_vocab``: a file of ``word count`` lines (word2vec.c's -read-vocab; a run's vocab.txt) whose counts
-      stand for the corpus's: the count pass is skipped (--min-count and --max-final-vocab still apply).
+      stand for the corpus's: the count pass is skipped (--min-count and --max-final-vocab still apply);
+    - ``update``: go on training the finished run in ``out`` on ``corpus``, new text (gensim's
+      build_vocab(update=True) then train): the counts of both texts summed, the run's words kept with their
+      rows, this text's words of at least ``min_count`` added with fresh rows, the learning rate from ``alpha``
+      again over this text's epochs. The earlier run's checkpoints, vectors and vocab.txt move to
+      OUT/history/run-N/ and run.json's ``history`` keeps its record; any rank count, either mode.
 
     One job per run folder: rank 0 holds ``out``'s lock (hvd_w2v/store/runlock.py) from before anything is written
     to the end, and another job into ``out`` is refused naming it. What the run prepares (vocab.txt, ids/) is
@@ -101,35 +106,46 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
         raise UserError(f"format must be one or both of {', '.join(FORMATS)}, got {', '.join(format) or 'none'}")
     limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
+    if update and (resume or overwrite or read_vocab or cfg.max_final_vocab):
+        from .common.errors import UserError
+
+        raise UserError("--update goes on from the finished run in --out with its own vocabulary: not with --resume, "
+                        "--overwrite, --read-vocab or --max-final-vocab")
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
     cfg = settle(saver.comm, cfg, out if resume else None, saver.log)
     _rule(cfg).check_layout(cfg, saver.comm.size)  # before the lock: nothing to release
-    lock = hold(saver.comm, out, "train", resume=resume, overwrite=overwrite)
+    lock = hold(saver.comm, out, "train", resume=resume or update, overwrite=overwrite)
     try:
         return _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet,
-                      tensorboard, read_vocab)
+                      tensorboard, read_vocab, update)
     finally:
         release(saver.comm, lock, out)
 
 
 def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard,
-           read_vocab):
+           read_vocab, update):
     """:func:`train` once ``out``'s lock is held."""
     from .parallel.watchdog import io_budget
     from .store import checkpoint
     from .training import divergence
 
     comm, say = saver.comm, saver.log
+    before = _read_record(comm, out) if resume or update else {}
     if resume:
         checkpoint.refuse_early(comm, saver.root, cfg)
+        if before.get("history") and not read_vocab:  # an update's vocabulary is its vocab.txt, not a count
+            read_vocab = os.path.join(out, "vocab.txt")
+    earlier = updating(comm, out, cfg, before) if update else None
     stage = staging(comm, out)
-    record = {}  # OUT/run.json
+    history = before.get("history", []) + ([earlier["record"]] if earlier else [])  # the runs it goes on from
+    record = {"history": history} if history else {}  # OUT/run.json
     if comm.watchdog is not None:  # the rank that ends a stalled job records it, whichever rank it is
         # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
     paths, voc, cfg, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
-                                          tensorboard=tensorboard, read_vocab=read_vocab)
+                                          tensorboard=tensorboard, read_vocab=read_vocab,
+                                          previous=os.path.join(out, "vocab.txt") if update else None)
     if tensorboard:
         from .queries import runfolder
 
@@ -138,8 +154,9 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
     say(f"prepared in {time.monotonic() - t0:.1f} s")
 
     try:
+        start = updated_rows(comm, cfg, voc, earlier) if update else None
         model, stats, stream = _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, resume,
-                                                quiet, tensorboard)
+                                                quiet, tensorboard, start)
     except checkpoint.Interrupted as e:
         _record(comm, out, record, state="interrupted", steps_done=e.step, checkpoint=e.path)
         say(f"interrupted: checkpoint {e.path} at step {e.step:,}; exit code {checkpoint.EXIT_INTERRUPTED}, "
@@ -225,7 +242,7 @@ def start(cfg=None, threads=None, stall_timeout=None):
 
 
 def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, into=None, tensorboard=False,
-               read_vocab=None):
+               read_vocab=None, previous=None):
     """Check that ``out`` can be written by every rank, build the vocabulary of ``corpus`` (None: the default
     corpus), plan the memory of a job that runs up to ``stage`` (:func:`memory_plan`) and write the vocabulary
     as vocab.txt ("word count" lines, most frequent first) into the folder ``into`` (None: ``out``; train and
@@ -240,7 +257,8 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
     counts and encodes in one pass: the stream's provisional numbers wait in ``into``/ids/ for :func:`encode`
     (vocab.build's ``numbered``). ``tensorboard``: training writes TensorBoard scalars (memory_plan's).
     ``read_vocab``: a ``word count`` file whose counts stand for the corpus's, which is then not counted
-    (text/readvocab.py); the encoding reads the text."""
+    (text/readvocab.py); the encoding reads the text. ``previous``: the vocab.txt of a run that goes on with
+    this text (train --update), merged with its count (vocab.merged)."""
     from .common.config import MAX_SUPERSTEP, SUPERSTEPS_AN_EPOCH
     from .kernels import native
     from .parallel.comm import log
@@ -265,15 +283,17 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
                                         most_readers(paths, comm.size, comm.threads),
                                         memory.baseline(tensorflow_loaded()))
     numbered = None
-    if stage != "vocab" and native.text_kernel() is not None and not read_vocab:
+    if stage != "vocab" and native.text_kernel() is not None and not read_vocab and not previous:
         from .text.encode import Provisional
 
         # As many files open as pieces read at once, at most (corpus.readers: no more than the threads); the
         # files are not looked at before vocab.build has checked them.
         numbered = Provisional(os.path.join(into or out, "ids"), comm.threads, comm.rank)
     counted = readvocab.counts(comm, read_vocab) if read_vocab else None
-    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered, counted=counted)
-    del counted
+    listed = readvocab.counts(comm, previous)[0] if previous else None
+    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered, counted=counted,
+                      previous=listed)
+    del counted, listed
     try:
         auto, cfg = cfg.shards and cfg.superstep is None, cfg.sized(voc.total)
         if auto:
@@ -543,11 +563,15 @@ def _saver(out, cfg, threads, stall_timeout, checkpoint_every):
     return saver
 
 
-def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, resume, quiet, tensorboard):
-    """loop.train from scratch, or with ``resume`` from the newest good checkpoint of this run, once the
-    staged vocab.txt and ids/ (in ``stage``) are moved into ``out`` (:func:`commit`: after --resume's checks,
-    so a refused resume leaves the run as it was). Starts the run's ``record``: its meta, ranks, corpus and
-    state "training". Returns (ShardedModel, stats, the id stream of OUT/ids)."""
+def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, resume, quiet, tensorboard,
+                     start=None):
+    """loop.train from scratch, or with ``resume`` from the newest good checkpoint of this run, or from
+    ``start`` (a checkpoint.Loaded at step 0: train --update's rows, :func:`updated_rows`; the earlier run is
+    moved into OUT/history first, :func:`archive`, and the rows written as this run's step 0, so that a
+    --resume goes on from them), once the staged vocab.txt and ids/ (in ``stage``) are moved into ``out``
+    (:func:`commit`: after --resume's checks, so a refused resume leaves the run as it was). Starts the run's
+    ``record``: its meta, ranks, corpus and state "training". Returns (ShardedModel, stats, the id stream of
+    OUT/ids)."""
     from .common.progress import Progress
     from .parallel.shard import RowPlan
     from .store import checkpoint
@@ -569,9 +593,14 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
                 f"(written on {counted(resumed.ranks, 'rank')})")
         else:
             say(f"resume: no checkpoint under {saver.root}; starting at step 0")
+    if start is not None:
+        archive(comm, out, len(record["history"]))  # this run's own checkpoints from here on
     stream = commit(comm, stage, out, stream, start_over=not resume)
     run_meta = checkpoint.meta(cfg, voc.size, vocab_sha, len(stream))
     saver.begin(run_meta, resumed)
+    if start is not None:
+        saver.write(0, loop.ShardedModel(RowPlan(voc.size, comm.size), start.rows))
+        resumed = start
     from .common.version import __version__
 
     _record(comm, out, record, **run_meta, ranks=comm.size, corpus=[os.path.abspath(p) for p in paths],
@@ -584,6 +613,70 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return loop.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
                           rule=_rule(cfg)) + (stream,)
+
+
+def _read_record(comm, out):
+    """OUT/run.json as rank 0 reads it ({} when there is none), on every rank (collective)."""
+    from .queries import runfolder
+
+    return comm.allgather(runfolder.read_record(out) or {} if comm.rank == 0 else None)[0]
+
+
+def updating(comm, out, cfg, record):
+    """What train --update goes on from: the finished run whose ``record`` (run.json) ``out`` holds, with
+    its final checkpoint and vocab.txt as written. Returns {"record": the record, "checkpoint": its path,
+    "vocab": (size, sha256)}; UserError on every rank otherwise (collective)."""
+    from .common.errors import UserError
+    from .store import checkpoint
+
+    path, vocab = record.get("checkpoint"), record.get("vocab") or {}
+    if record.get("state") != "finished" or not path:
+        raise UserError(f"--update goes on from a finished run with its final checkpoint; {out} holds "
+                        f"{'no run' if not record else 'a ' + str(record.get('state')) + ' run'}"
+                        f"{'' if path or not record else ' without one (trained with --no-final-checkpoint)'}")
+    if record.get("config", {}).get("dim") != cfg.dim:
+        raise UserError(f"the run in {out} has {record.get('config', {}).get('dim')}-dimensional rows; give --dim "
+                        f"{record.get('config', {}).get('dim')}")
+    if checkpoint.file_sha256(comm, os.path.join(out, "vocab.txt")) != vocab.get("sha256"):
+        raise UserError(f"{os.path.join(out, 'vocab.txt')} is not the vocabulary the run in {out} was trained on")
+    return {"record": record, "checkpoint": path, "vocab": (vocab["size"], vocab["sha256"])}
+
+
+def updated_rows(comm, cfg, voc, earlier):
+    """This rank's rows for train --update (a checkpoint.Loaded at step 0): each word of the earlier run its
+    rows there, read from its final checkpoint (``earlier``, :func:`updating`) on any rank count; each new
+    word a fresh row, drawn as a fresh run draws its id's (collective)."""
+    from .parallel.shard import RowPlan
+    from .store import checkpoint
+    from .training.loop import ShardedModel
+
+    rows = ShardedModel.initial(cfg, RowPlan(voc.size, comm.size), comm.rank).rows
+    known = voc.previous_ids >= 0
+    size, sha = earlier["vocab"]
+    loaded = checkpoint.load(comm, earlier["checkpoint"], None, cfg, size, sha, ids=voc.previous_ids[known],
+                             exact=False)
+    rows[known] = loaded.rows
+    return checkpoint.Loaded(earlier["checkpoint"], 0, 0, loaded.ranks, rows)
+
+
+def archive(comm, out, n):
+    """Move the earlier run's checkpoints, vectors and vocab.txt into OUT/history/run-``n``/ (rank 0; the
+    outcome agreed): train --update keeps what it goes on from."""
+    from .parallel.comm import log
+
+    error = None
+    if comm.rank == 0:
+        into = os.path.join(out, "history", f"run-{n}")
+        try:
+            os.makedirs(into)
+            for name in sorted(os.listdir(out)):
+                vectors = name.startswith("vectors") and name.endswith((".txt", ".bin"))
+                if vectors or name in ("checkpoints", "vocab.txt"):
+                    os.rename(os.path.join(out, name), os.path.join(into, name))
+            log(comm, f"update: the earlier run's checkpoints, vectors and vocab.txt moved to {into}")
+        except OSError as e:
+            error = f"cannot move the earlier run into {into}: {e.strerror}"
+    comm.agree(error)
 
 
 def settle(comm, cfg, resumed=None, say=None):

@@ -247,9 +247,11 @@ def scan(root):
     return sorted(found, reverse=True)
 
 
-def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_out=True):
+def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_out=True, ids=None, exact=True):
     """Read checkpoint ``folder`` for this rank of ``plan`` (collective): returns a :class:`Loaded`, with
-    W_out only when ``w_out`` (queries need W_in alone).
+    W_out only when ``w_out`` (queries need W_in alone). ``ids``: the word ids to read instead of ``plan``'s
+    (train --update's, in the run's own numbering). ``exact`` False: the settings of EXACT may differ but for
+    the rows' width (a run that goes on with new text, not a resume).
 
     Raises :class:`Damaged` on every rank when the folder is incomplete or corrupt (no or unreadable manifest,
     a rows file missing, of the wrong size or sha256), and UserError when it is sound but belongs to another
@@ -264,7 +266,10 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
     m = comm.allgather(m)[0]  # mpi4py: rank 0's reading to every rank, so all decide alike
     if isinstance(m, Damaged):
         raise Damaged(str(m))
-    check_settings(folder, m, cfg)
+    if exact:
+        check_settings(folder, m, cfg)
+    elif m["dim"] != cfg.dim:
+        raise UserError(f"checkpoint {folder} holds {m['dim']}-dimensional rows, this run has --dim {cfg.dim}")
     if m["vocab"]["size"] != vocab_size or m["vocab"]["sha256"] != vocab_sha:
         raise UserError(f"checkpoint {folder} was written for another vocabulary ({m['vocab']['size']:,} words, "
                         f"vocab.txt sha256 {str(m['vocab']['sha256'])[:12]}...; this run has {vocab_size:,} words, "
@@ -275,7 +280,7 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
 
     old = RowPlan(vocab_size, m["ranks"])
     files = [os.path.join(folder, rows_name(f)) for f in range(old.ranks)]
-    ids = plan.ids(comm.rank)
+    ids = plan.ids(comm.rank) if ids is None else ids
     wanted = np.unique(old.owner(ids))
     # Every rank checks the size of the files it reads; each file's sha256 is checked by one rank (f % P), so
     # a re-sharded load reads every byte once for the check however the files are spread.

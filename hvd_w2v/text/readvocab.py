@@ -19,8 +19,17 @@ SENTENCE_END = b"</s>"  # word2vec.c's sentence end, its vocabulary's first word
 TAIL_BYTES = 1 << 16  # read at a time past a rank's share, to the end of its last line
 
 
+class Listed(Counted):
+    """The words of a vocabulary file a rank hash-owns: Counted's counts and words, with each word's hash64
+    (``word_hashes``) and its place among the file's words (``places``: for a run's vocab.txt, its id there)."""
+
+    def __init__(self, counts, blob, lengths, lib, hashes, places):
+        super().__init__(counts, blob=blob, lengths=lengths, lib=lib)
+        self.word_hashes, self.places = hashes, places
+
+
 def counts(comm, path):
-    """(Counted of the words of ``path`` this rank hash-owns, the counts of this rank's lines summed, ``path``)
+    """(Listed: the words of ``path`` this rank hash-owns, the counts of this rank's lines summed, ``path``)
     on every rank (collective): vocab.build's ``counted``. UserError on every rank alike when the file cannot
     be read, a line is not ``word count`` (named by its number), or a word is listed twice."""
     error, words, found = None, [], []
@@ -47,11 +56,13 @@ def counts(comm, path):
     lib = native.text_kernel()
     hashes = (native.hash_words(lib, blob, lengths, comm.threads) if lib is not None else
               np.fromiter((hash64(w) for w in words), np.uint64, count=len(words)))
+    before = comm.allgather(len(words))[:comm.rank]  # mpi4py: every rank's word count, for the words' places
+    places = sum(before) + np.arange(len(words), dtype=np.int64)
     del words, found
-    _, _, _, got_words, got_lengths, (got_counts, got_hashes) = to_owners(
-        comm, hash_owner(hashes, comm.size), blob, lengths, counted, hashes)
+    _, _, _, got_words, got_lengths, (got_counts, got_hashes, got_places) = to_owners(
+        comm, hash_owner(hashes, comm.size), blob, lengths, counted, hashes, places)
     comm.agree(_listed_twice(path, got_words, got_lengths, got_hashes))
-    return Counted(got_counts, blob=got_words, lengths=got_lengths, lib=lib), int(counted.sum()), path
+    return Listed(got_counts, got_words, got_lengths, lib, got_hashes, got_places), int(counted.sum()), path
 
 
 def _my_lines(path, rank, ranks):

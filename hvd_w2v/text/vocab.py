@@ -617,7 +617,8 @@ def cuts(block, chunk_bytes):
         start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None, counted=None):
+def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None, counted=None,
+          previous=None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
     cannot read a file or sees another size than rank 0 (corpus.check_shared), or when the counts a rank
@@ -629,17 +630,21 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
     stream; else None. On any error ``numbered`` is emptied (nothing of the stream is left).
 
     ``counted``: (Counted, tokens, where from) that stand for this rank's count (readvocab.counts, word2vec.c's
-    -read-vocab): the text is not read here, ``numbered`` must be None, and ``raw_words`` is the tokens summed."""
-    assert not (counted and numbered is not None), "a vocabulary not counted here numbers no stream"
+    -read-vocab): the text is not read here, ``numbered`` must be None, and ``raw_words`` is the tokens summed.
+
+    ``previous``: the vocabulary of a run that goes on with this text (readvocab.Listed of its vocab.txt; train
+    --update): merged with the count by :func:`merged`, the Vocab's ``previous_ids`` then each local row's id in
+    that run (-1: a new word)."""
+    assert not ((counted or previous) and numbered is not None), "a vocabulary not counted alone numbers no stream"
     try:
-        return _build(comm, paths, cfg, log, reading, limit, numbered, counted)
+        return _build(comm, paths, cfg, log, reading, limit, numbered, counted, previous)
     except BaseException:
         if numbered is not None:
             numbered.remove()
         raise
 
 
-def _build(comm, paths, cfg, log, reading, limit, numbered, counted):
+def _build(comm, paths, cfg, log, reading, limit, numbered, counted, previous):
     corpus.check_shared(comm, paths)
     if counted:
         tally, raw, source = counted
@@ -664,7 +669,7 @@ def _build(comm, paths, cfg, log, reading, limit, numbered, counted):
         rest = math.log1p(-corpus.BLOCK_BYTES / text_bytes)
         block_distinct = math.ceil(comm.allreduce(float(-np.expm1(rest * tally.counts).sum())))
 
-    keep = tally.counts >= cfg.min_count
+    keep = tally.counts >= (1 if previous else cfg.min_count)  # with a previous run: merged at the hash owners
     if cfg.max_final_vocab:  # gensim's rule: min_count raised until at most that many words are left
         keep &= tally.counts >= _count_floor(comm, tally.counts[keep], cfg.max_final_vocab)
     counts, (words, lengths) = tally.counts[keep], tally.kept(keep, comm.threads)
@@ -677,6 +682,10 @@ def _build(comm, paths, cfg, log, reading, limit, numbered, counted):
     if tally.quick:  # counted by quick-hash owners: the kept words to their hash owners, as agree_ids takes them
         moved, (words, lengths, counts, hashes) = _to_hash_owners(comm, words, lengths, counts, hashes)
     del tally, keep
+    places = None
+    if previous is not None:
+        words, lengths, counts, hashes, places = merged(words, lengths, counts, hashes, previous, cfg.min_count,
+                                                        comm.threads)
     size = comm.allreduce(len(lengths))
     if size < comm.size:
         raise UserError(f"only {counted(size, 'word')} {'occurs' if size == 1 else 'occur'} at least "
@@ -694,21 +703,52 @@ def _build(comm, paths, cfg, log, reading, limit, numbered, counted):
 
     # Row owners get the strings and counts of their rows.
     plan = RowPlan(size, comm.size)
-    _, _, _, row_words, row_lengths, (row_ids,) = to_owners(comm, plan.owner(my_ids), words, lengths, my_ids)
+    _, _, _, row_words, row_lengths, (row_ids, *row_places) = to_owners(
+        comm, plan.owner(my_ids), words, lengths, my_ids, *([] if places is None else [places]))
     by_row = np.empty(len(row_ids), np.int64)  # each local row receives one word: the inverse permutation
     by_row[plan.local_row(row_ids)] = np.arange(len(row_ids))
-    del row_ids
+    previous_ids = row_places[0][by_row] if row_places else None
+    del row_ids, row_places
     # Each of this rank's rows receives one word: the words in local row order.
     words_by_row = WordList.of(*gather_words(row_words, row_lengths, by_row, comm.threads))
     del row_words, row_lengths, by_row
     assert len(words_by_row) == plan.rows(comm.rank)
-    log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
+    if previous_ids is None:
+        log(f"vocab: {size:,} words with count >= {cfg.min_count} ({runs.total:,} of the {raw_words:,} tokens)")
+    else:
+        new = comm.allreduce(int((previous_ids < 0).sum()))
+        log(f"vocab: {size:,} words: the run's {size - new:,}, and {new:,} new with count >= {cfg.min_count} here; "
+            f"{runs.total:,} occurrences in both texts")
     voc = Vocab(runs, raw_words, None, words_by_row, runs.count(plan.ids(comm.rank)), (words, lengths, my_ids))
     voc.distinct, voc.most_owned, voc.block_distinct = distinct, most_owned, block_distinct
-    voc.provisional = provisional
+    voc.provisional, voc.previous_ids = provisional, previous_ids
     # The count's and the agreement's arrays, freed, would otherwise stay resident through training.
     native.trim_heap()
     return voc
+
+
+def merged(words, lengths, counts, hashes, previous, min_count, threads=1):
+    """The words a hash owner keeps when a run goes on with new text (train --update): ``words`` (uint8 end to
+    end), ``lengths``, ``counts`` and ``hashes`` the new text's words it owns, every one counted; ``previous``
+    (readvocab.Listed) the run's words it owns. Every word of the run is kept, its count that of both texts; a
+    new word when its count here reaches ``min_count``, as gensim's build_vocab(update=True). Returns (words,
+    lengths, counts, hashes, places: each word's id in the run, -1 for a new one): the text's words first."""
+    order = np.argsort(previous.word_hashes, kind="stable")
+    known = previous.word_hashes[order]
+    at = np.minimum(np.searchsorted(known, hashes), max(len(known) - 1, 0))
+    found = known[at] == hashes if len(known) else np.zeros(len(hashes), bool)
+    counts, places = counts.copy(), np.full(len(hashes), -1, np.int64)
+    counts[found] += previous.counts[order[at[found]]]
+    places[found] = previous.places[order[at[found]]]
+    keep = found | (counts >= min_count)
+    left = np.ones(len(known), bool)  # the run's words the text lacks
+    left[order[at[found]]] = False
+    here = gather_words(words, lengths, np.flatnonzero(keep), threads)
+    there = previous.kept(left, threads)
+    return (np.concatenate([here[0], there[0]]), np.concatenate([here[1], there[1]]),
+            np.concatenate([counts[keep], previous.counts[left]]), np.concatenate([hashes[keep],
+                                                                                 previous.word_hashes[left]]),
+            np.concatenate([places[keep], previous.places[left]]))
 
 
 def _to_hash_owners(comm, words, lengths, counts, hashes):
