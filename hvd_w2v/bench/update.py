@@ -1,0 +1,89 @@
+"""Going on with new text (train --update) against one run on the whole text: scores side by side.
+
+    python -m hvd_w2v.bench.update                      # real corpus, lines shuffled, 5 epochs, SG and CBOW
+    python -m hvd_w2v.bench.update --lines 150000 --epochs 3 --arch sg
+
+For each architecture: a run on the whole corpus (``--ranks``), a run on its first half (``--ranks``), that run
+gone on with the second half (``train --update`` on ``--then-ranks``, another rank count), each half with the
+whole run's epochs: the same epochs a token. Every model is scored by the same code as the quality benchmark
+(hvd_w2v.bench.gensim_scores); the table gives the updated run's scores less the whole run's. The lines are
+read in one random order (``--shuffle SEED``, default 1), so that the halves are alike text; in the file's
+order they are different sources, and the update then also measures how far new text moves a model.
+"""
+import argparse
+import json
+import os
+import subprocess
+
+from . import ROOT, checkout_env
+from .gensim_scores import scores
+from .quality import shuffled
+from .throughput import prepare_corpus
+
+
+def halves(path, workdir):
+    """The first and the second half of ``path``'s lines, as files of their own under ``workdir``."""
+    names = [os.path.join(workdir, f"{os.path.splitext(os.path.basename(path))[0]}-half{k}.txt") for k in (1, 2)]
+    if not all(os.path.exists(n) for n in names):
+        with open(path, "rb") as f:
+            lines = f.readlines()
+        for n, part in zip(names, (lines[:len(lines) // 2], lines[len(lines) // 2:])):
+            with open(n + ".tmp", "wb") as f:
+                f.writelines(part)
+            os.replace(n + ".tmp", n)
+    return names
+
+
+def train(corpus, out, ranks, epochs, arch, *extra):
+    """`hvd-w2v train` into ``out``; returns its run.json's final loss per pair."""
+    cmd = [os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "hvd-w2v", "train", corpus, "--out", out,
+           "--epochs", str(epochs), "--format", "binary", "--show", "", "--quiet", *extra]
+    if arch == "cbow":
+        cmd.append("--cbow")
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=checkout_env())
+    if done.returncode != 0:
+        raise SystemExit(f"hvd-w2v failed: {' '.join(cmd)}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    with open(os.path.join(out, "run.json")) as f:
+        return json.load(f)["final_loss"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
+    p.add_argument("--lines", type=int, default=0, help="use the first LINES lines, 0: all (default: %(default)s)")
+    p.add_argument("--eval-dir", default=os.path.join("data", "real", "eval"))
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--arch", nargs="+", choices=["sg", "cbow"], default=["sg", "cbow"])
+    p.add_argument("--ranks", type=int, default=1, help="ranks of the whole run and the first half's")
+    p.add_argument("--then-ranks", type=int, default=2, help="ranks of the update (default: %(default)s)")
+    p.add_argument("--shuffle", type=int, default=1, metavar="SEED",
+                   help="the lines in numpy's permutation of SEED; -1: in the file's order (default: %(default)s)")
+    p.add_argument("--out", default=os.path.join("runs", "update"))
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    if not os.path.exists(args.corpus):
+        raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
+    corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    if args.shuffle >= 0:
+        corpus = shuffled(corpus, args.shuffle, args.out)
+    first, second = halves(corpus, args.out)
+    print(f"corpus {os.path.relpath(corpus)} and its halves, {args.epochs} epochs each; whole and first half on "
+          f"{args.ranks} rank(s), the update on {args.then_ranks}")
+    print(f"{'arch':5} {'trainer':26} {'loss':>7} {'analogy':>8} {'ws353':>7} {'simlex':>7}")
+    for arch in args.arch:
+        rows = {}
+        whole, half = (os.path.abspath(os.path.join(args.out, f"{arch}-{n}")) for n in ("whole", "half"))
+        loss = train(corpus, whole, args.ranks, args.epochs, arch, "--overwrite", "--no-final-checkpoint")
+        rows["the whole text"] = (loss, *scores(os.path.join(whole, "vectors.bin"), args.eval_dir))
+        loss = train(first, half, args.ranks, args.epochs, arch, "--overwrite")
+        rows["its first half"] = (loss, *scores(os.path.join(half, "vectors.bin"), args.eval_dir))
+        loss = train(second, half, args.then_ranks, args.epochs, arch, "--update")
+        rows["then --update, second half"] = (loss, *scores(os.path.join(half, "vectors.bin"), args.eval_dir))
+        rows["update less whole"] = tuple(a - b for a, b in zip(rows["then --update, second half"],
+                                                                rows["the whole text"]))
+        for name, (loss, analogy, ws, simlex) in rows.items():
+            print(f"{arch:5} {name:26} {loss:7.3f} {analogy:8.3f} {ws:7.3f} {simlex:7.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
