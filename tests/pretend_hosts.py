@@ -123,7 +123,8 @@ ON_HOST = """#!/bin/sh
 # Runs a command on one pretend host (tests/pretend_hosts.py): on-host HOST COMMAND...; inside the sandbox.
 pidfile="{hosts}/$1.pid"
 [ -f "$pidfile" ] || {{ echo "ssh: Could not resolve hostname $1: not a pretend host" >&2; exit 255; }}
-pid=$(cat "$pidfile"); shift
+pid=$(cat "$pidfile"); host=$1; shift
+[ ! -f "{hosts}/$host.cpus" ] || set -- taskset -c "$(cat "{hosts}/$host.cpus")" "$@"  # the host's own cores
 exec nsenter -t "$pid" --uts --mount --net --wd="$PWD" -- "$@"
 """
 
@@ -152,9 +153,13 @@ class PretendHosts:
     Use as a context manager, or :meth:`start` / :meth:`stop`. Commands run on a host with :meth:`run`
     (bounded) or :meth:`popen`; :attr:`env` is what they need to start mpirun across hosts."""
 
-    def __init__(self, names=("nodeA", "nodeB"), local=None, folder=None, links=False, rate=None):
+    def __init__(self, names=("nodeA", "nodeB"), local=None, folder=None, links=False, rate=None, cores=False):
         if rate is not None and not rate > 0:
             raise ValueError(f"a link's rate is more than 0 Mb/s, not {rate}")
+        # With ``cores``, every process of host i runs on this process's CPU i (taskset; round robin where the
+        # hosts outnumber the CPUs): hosts that compute beside each other, not on each other's cores.
+        usable = sorted(os.sched_getaffinity(0))
+        self.cores = {h: usable[i % len(usable)] for i, h in enumerate(names)} if cores else {}
         self.names, self.links, self.rate = list(names), links or rate is not None, rate
         self.local = {h: [os.path.abspath(p) for p in paths] for h, paths in (local or {}).items()}
         self.keep = folder is not None
@@ -225,6 +230,7 @@ class PretendHosts:
             "etc/resolv.conf": "nameserver 127.0.0.1\n",
             "bin/ssh": SSH.replace("{bin}", self.bin).replace("{path}", LOGIN_PATH),
             "bin/on-host": ON_HOST.format(hosts=os.path.join(self.folder, "hosts")),
+            **{f"hosts/{h}.cpus": f"{cpu}\n" for h, cpu in self.cores.items()},
         }
         for name, text in files.items():
             path = os.path.join(self.folder, name)
@@ -317,6 +323,7 @@ def main(argv):
     p.add_argument("--dir", help="keep the files in this folder (default: a temporary folder, removed)")
     p.add_argument("--links", action="store_true", help="a network namespace and a link to a bridge per host")
     p.add_argument("--rate", type=float, help="with links: each host's link shaped to this many Mb/s each way")
+    p.add_argument("--cores", action="store_true", help="each host's processes on a CPU of its own (round robin)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="a command to run on the first host, then end")
     args = p.parse_args(argv)
     why = unavailable(shaped=args.rate is not None)
@@ -330,7 +337,7 @@ def main(argv):
     if args.rate is not None and not args.rate > 0:
         print(f"pretend_hosts: --rate must be more than 0 Mb/s, not {args.rate:g}", file=sys.stderr)
         return 2
-    hosts = PretendHosts(names, folder=args.dir, links=args.links, rate=args.rate)
+    hosts = PretendHosts(names, folder=args.dir, links=args.links, rate=args.rate, cores=args.cores)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     cluster = None

@@ -15,7 +15,9 @@ super-steps in) and the bytes it sent a word. Then, here, the planners project e
 run's own configuration: plan.py's model of the exact step (localplan.exact_plan) and localplan.project for
 the shard mode, on a network of the rate (plan.Network.line: TCP's payload share of it; for the unshaped link
 the probe's rate both ways at once, a payload rate) with half the probe's round trip as a message's latency,
-their compute timed here as they always are. "ratio" is planned over run.
+their compute timed here as they always are. "ratio" is planned over run. With ``--cores`` each host runs on
+a core of its own (tests/pretend_hosts.py --cores), as hosts do: without it the two hosts' ranks, and the TCP
+their sends cost, share this machine's cores.
 
 "sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. (Over the
 exchange's own seconds it can seem faster than the link: the loop prepares steps while the bytes travel,
@@ -115,7 +117,8 @@ def on_hosts(rate, corpus, args):
     """One cell of the table: the pretend hosts with links at ``rate`` Mb/s (None: not shaped) run :func:`cell`;
     its figures."""
     folder = os.path.join(args.out, f"rate-{rate or 'unshaped'}")
-    command = [sys.executable, HOSTS, "--hosts", "2", "--links", *(["--rate", f"{rate:g}"] if rate else []), "--",
+    command = [sys.executable, HOSTS, "--hosts", "2", "--links", *(["--rate", f"{rate:g}"] if rate else []),
+               *(["--cores"] if args.cores else []), "--",
                sys.executable, "-m", "hvd_w2v.bench.projection", "--cell", "HOSTFILE", "--corpus", corpus,
                "--modes", ",".join(args.modes), "--epochs", str(args.epochs), "--threads", str(args.threads),
                "--out", folder, "--timeout", str(args.timeout)]
@@ -219,6 +222,9 @@ def main(argv=None):
     p.add_argument("--modes", default=",".join(MODES), help="exact, shard or both (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="threads of each host's rank (default: %(default)s)")
+    p.add_argument("--cores", action="store_true",
+                   help="each host on a core of its own (tests/pretend_hosts.py --cores): its rank, and the TCP its "
+                        "sends cost, off the other host's core")
     p.add_argument("--timeout", type=int, default=1200, help="seconds a launch may take (default: %(default)s)")
     p.add_argument("--out", default=os.path.join(ROOT, "runs", "projection"), help="the runs' folder")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # on the hosts: the link's probe
@@ -254,8 +260,8 @@ def main(argv=None):
         say(f"projection: {f'{rate:g} Mb/s' if rate else 'unshaped'} ran in {time.monotonic() - t:.0f} s")
     rows = table(cells, corpus, say)
     print(f"corpus: {args.corpus}, first {args.lines:,} lines; 2 pretend hosts x 1 rank x {args.threads} "
-          f"thread(s), {args.epochs} epoch(s); RTT: the probe's median round trip (a message's latency: half of "
-          f"it); ratio: planned / run")
+          f"thread(s){', a core each' if args.cores else ''}, {args.epochs} epoch(s); RTT: the probe's median "
+          f"round trip (a message's latency: half of it); ratio: planned / run")
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(COLUMNS)]
     print("  ".join(h.rjust(w) for h, w in zip(COLUMNS, widths)))
     for r in rows:
