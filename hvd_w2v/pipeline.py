@@ -646,16 +646,17 @@ def updated_rows(comm, cfg, voc, earlier):
     """This rank's rows for train --update (a checkpoint.Loaded at step 0): each word of the earlier run its
     rows there, read from its final checkpoint (``earlier``, :func:`updating`) on any rank count; each new
     word a fresh row, drawn as a fresh run draws its id's (collective)."""
+    import numpy as np
+
     from .parallel.shard import RowPlan
     from .store import checkpoint
     from .training.loop import ShardedModel
 
     rows = ShardedModel.initial(cfg, RowPlan(voc.size, comm.size), comm.rank).rows
-    known = voc.previous_ids >= 0
+    known = np.flatnonzero(voc.previous_ids >= 0)
     size, sha = earlier["vocab"]
     loaded = checkpoint.load(comm, earlier["checkpoint"], None, cfg, size, sha, ids=voc.previous_ids[known],
-                             exact=False)
-    rows[known] = loaded.rows
+                             exact=False, into=(rows, known))  # in place: one slice of rows in memory, as a resume
     return checkpoint.Loaded(earlier["checkpoint"], 0, 0, loaded.ranks, rows)
 
 

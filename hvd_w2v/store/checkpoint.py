@@ -247,11 +247,13 @@ def scan(root):
     return sorted(found, reverse=True)
 
 
-def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_out=True, ids=None, exact=True):
+def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_out=True, ids=None, exact=True,
+         into=None):
     """Read checkpoint ``folder`` for this rank of ``plan`` (collective): returns a :class:`Loaded`, with
     W_out only when ``w_out`` (queries need W_in alone). ``ids``: the word ids to read instead of ``plan``'s
-    (train --update's, in the run's own numbering). ``exact`` False: the settings of EXACT may differ but for
-    the rows' width (a run that goes on with new text, not a resume).
+    (train --update's, in the run's own numbering), and ``into``: (rows, places) to read them into rows[places]
+    instead of an array of their own (the Loaded's rows are then ``rows``). ``exact`` False: the settings of
+    EXACT may differ but for the rows' width (a run that goes on with new text, not a resume).
 
     Raises :class:`Damaged` on every rank when the folder is incomplete or corrupt (no or unreadable manifest,
     a rows file missing, of the wrong size or sha256), and UserError when it is sound but belongs to another
@@ -294,14 +296,15 @@ def load(comm, folder, plan, cfg, vocab_size, vocab_sha, stream_length=None, w_o
         raise Damaged(errors[0])
 
     matrices = 2 if w_out else 1
-    rows = np.empty((len(ids), matrices, cfg.dim), np.float32)
+    rows, places = into if into is not None else (np.empty((len(ids), matrices, cfg.dim), np.float32), None)
     src, row = old.owner(ids), old.local_row(ids)
     for f in wanted:
         # Memory-mapped: only the pages of this rank's rows are read.
         table = np.memmap(files[f], dtype="<f4", mode="r", shape=(2, old.rows(f), cfg.dim))
         sel = np.flatnonzero(src == f)
+        at = sel if places is None else places[sel]
         for k in range(matrices):
-            rows[sel, k] = table[k, row[sel]]
+            rows[at, k] = table[k, row[sel]]
         del table
     return Loaded(folder, m["step"], m["total_steps"], m["ranks"], rows)
 
