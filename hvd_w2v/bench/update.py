@@ -5,8 +5,10 @@
 
 For each architecture: a run on the whole corpus (``--ranks``), a run on its first half (``--ranks``), that run
 gone on with the second half (``train --update`` on ``--then-ranks``, another rank count), each half with the
-whole run's epochs: the same epochs a token. Every model is scored by the same code as the quality benchmark
-(hvd_w2v.bench.gensim_scores); the table gives the updated run's scores less the whole run's. The lines are
+whole run's epochs: the same epochs a token. gensim does the same beside it (``--gensim-workers``, 0: not):
+Word2Vec on the first half, ``build_vocab(update=True)`` and ``train`` on the second, against Word2Vec on the
+whole. Every model is scored by the same code as the quality benchmark (hvd_w2v.bench.gensim_scores); the table
+gives each updated model's scores less its whole run's. The lines are
 read in one random order (``--shuffle SEED``, default 1), so that the halves are alike text; in the file's
 order they are different sources, and the update then also measures how far new text moves a model.
 """
@@ -17,7 +19,7 @@ import subprocess
 
 from . import ROOT, checkout_env
 from .gensim_scores import scores
-from .quality import shuffled
+from .quality import shuffled, train_gensim
 from .throughput import prepare_corpus
 
 
@@ -47,6 +49,19 @@ def train(corpus, out, ranks, epochs, arch, *extra):
         return json.load(f)["final_loss"]
 
 
+def gensim_update(first, second, arch, epochs, workers, path):
+    """gensim's way: Word2Vec on ``first``, then build_vocab(update=True) and train on ``second`` (the learning
+    rate from alpha again), word2vec's defaults as quality.train_gensim's; saved to ``path``."""
+    from gensim.models import Word2Vec
+    from gensim.models.word2vec import LineSentence
+
+    model = Word2Vec(LineSentence(first), sg=int(arch == "sg"), epochs=epochs, workers=workers, vector_size=100,
+                     window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001, seed=1)
+    model.build_vocab(LineSentence(second), update=True)
+    model.train(LineSentence(second), total_examples=model.corpus_count, epochs=epochs)
+    model.wv.save_word2vec_format(path, binary=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
@@ -58,6 +73,8 @@ def main(argv=None):
     p.add_argument("--then-ranks", type=int, default=2, help="ranks of the update (default: %(default)s)")
     p.add_argument("--shuffle", type=int, default=1, metavar="SEED",
                    help="the lines in numpy's permutation of SEED; -1: in the file's order (default: %(default)s)")
+    p.add_argument("--gensim-workers", type=int, default=2, help="gensim's threads; 0: no gensim rows (default: "
+                   "%(default)s)")
     p.add_argument("--out", default=os.path.join("runs", "update"))
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -81,6 +98,14 @@ def main(argv=None):
         rows["then --update, second half"] = (loss, *scores(os.path.join(half, "vectors.bin"), args.eval_dir))
         rows["update less whole"] = tuple(a - b for a, b in zip(rows["then --update, second half"],
                                                                 rows["the whole text"]))
+        if args.gensim_workers:
+            paths = [os.path.join(args.out, f"gensim-{arch}-{n}.bin") for n in ("whole", "update")]
+            train_gensim(corpus, arch, args.epochs, args.gensim_workers, 1, paths[0])
+            gensim_update(first, second, arch, args.epochs, args.gensim_workers, paths[1])
+            whole, updated = (scores(p, args.eval_dir) for p in paths)
+            rows["gensim, the whole text"] = (float("nan"), *whole)
+            rows["gensim, half then update"] = (float("nan"), *updated)
+            rows["gensim, update less whole"] = (float("nan"), *(a - b for a, b in zip(updated, whole)))
         for name, (loss, analogy, ws, simlex) in rows.items():
             print(f"{arch:5} {name:26} {loss:7.3f} {analogy:8.3f} {ws:7.3f} {simlex:7.3f}", flush=True)
 
