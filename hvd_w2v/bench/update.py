@@ -75,6 +75,7 @@ def main(argv=None):
                    help="the lines in numpy's permutation of SEED; -1: in the file's order (default: %(default)s)")
     p.add_argument("--gensim-workers", type=int, default=2, help="gensim's threads; 0: no gensim rows (default: "
                    "%(default)s)")
+    p.add_argument("--no-hvd", action="store_true", help="gensim's rows alone")
     p.add_argument("--out", default=os.path.join("runs", "update"))
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -90,14 +91,15 @@ def main(argv=None):
     for arch in args.arch:
         rows = {}
         whole, half = (os.path.abspath(os.path.join(args.out, f"{arch}-{n}")) for n in ("whole", "half"))
-        loss = train(corpus, whole, args.ranks, args.epochs, arch, "--overwrite", "--no-final-checkpoint")
-        rows["the whole text"] = (loss, *scores(os.path.join(whole, "vectors.bin"), args.eval_dir))
-        loss = train(first, half, args.ranks, args.epochs, arch, "--overwrite")
-        rows["its first half"] = (loss, *scores(os.path.join(half, "vectors.bin"), args.eval_dir))
-        loss = train(second, half, args.then_ranks, args.epochs, arch, "--update")
-        rows["then --update, second half"] = (loss, *scores(os.path.join(half, "vectors.bin"), args.eval_dir))
-        rows["update less whole"] = tuple(a - b for a, b in zip(rows["then --update, second half"],
-                                                                rows["the whole text"]))
+        for name, text, ranks, out, extra in ([] if args.no_hvd else [
+                ("the whole text", corpus, args.ranks, whole, ("--overwrite", "--no-final-checkpoint")),
+                ("its first half", first, args.ranks, half, ("--overwrite",)),
+                ("then --update, second half", second, args.then_ranks, half, ("--update",))]):
+            loss = train(text, out, ranks, args.epochs, arch, *extra)
+            rows[name] = (loss, *scores(os.path.join(out, "vectors.bin"), args.eval_dir))
+        if rows:
+            rows["update less whole"] = tuple(a - b for a, b in zip(rows["then --update, second half"],
+                                                                    rows["the whole text"]))
         if args.gensim_workers:
             paths = [os.path.join(args.out, f"gensim-{arch}-{n}.bin") for n in ("whole", "update")]
             train_gensim(corpus, arch, args.epochs, args.gensim_workers, 1, paths[0])
