@@ -65,14 +65,21 @@ def hosts(corpus, disk):
         yield h
 
 
+# Open MPI's rsh launcher warns when the ssh it forked has exec'd before the parent set the child's process
+# group (EACCES: a race, more likely on a loaded machine, and harmless): a line of no command's output.
+SETPGID_RACE = re.compile(r"^\[[^\]\n]*\] plm:rsh: Warning: setpgid\(.*\n?", re.M)
+
+
 def launch(hosts, n, slots, args, timeout=LAUNCH_TIMEOUT, env=None, extra=()):
     """``mpi/launch -n n --hostfile`` (``slots``: {host: slots}; None: no hostfile) ``args`` from nodeA (n None:
-    no -n, mpi/launch's default); a Result."""
+    no -n, mpi/launch's default); a Result, its output without SETPGID_RACE's lines."""
     where = []
     if slots is not None:
         where = ["--hostfile", hosts.hostfile(os.path.join(hosts.folder, f"hostfile-{time.monotonic_ns()}"), slots)]
-    return hosts.run("nodeA", [ROOT / "mpi" / "launch", *([] if n is None else ["-n", n]), *where, *extra, *args],
-                     timeout=timeout, env=dict(env or {}, PYTHONUNBUFFERED="1"))
+    r = hosts.run("nodeA", [ROOT / "mpi" / "launch", *([] if n is None else ["-n", n]), *where, *extra, *args],
+                  timeout=timeout, env=dict(env or {}, PYTHONUNBUFFERED="1"))
+    r.output = SETPGID_RACE.sub("", r.output)
+    return r
 
 
 def ranks_seen(output):
