@@ -289,11 +289,11 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
         # As many files open as pieces read at once, at most (corpus.readers: no more than the threads); the
         # files are not looked at before vocab.build has checked them.
         numbered = Provisional(os.path.join(into or out, "ids"), comm.threads, comm.rank)
-    counted = readvocab.counts(comm, read_vocab) if read_vocab else None
+    given = readvocab.counts(comm, read_vocab) if read_vocab else None
     listed = readvocab.counts(comm, previous)[0] if previous else None
-    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered, counted=counted,
+    voc = vocab.build(comm, paths, cfg, say, reading=not quiet, limit=counting, numbered=numbered, given=given,
                       previous=listed)
-    del counted, listed
+    del given, listed
     try:
         auto, cfg = cfg.shards and cfg.superstep is None, cfg.sized(voc.total)
         if auto:

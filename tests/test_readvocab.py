@@ -39,7 +39,7 @@ def test_a_file_s_counts_give_the_count_s_vocabulary_and_bad_files_are_refused(c
     c.barrier()
     cfg = Config(min_count=3, max_final_vocab=700)
     counted = vocab.build(c, [corpus], cfg)
-    read = vocab.build(c, [corpus], cfg, counted=readvocab.counts(c, listed))
+    read = vocab.build(c, [corpus], cfg, given=readvocab.counts(c, listed))
     assert list(read.row_words) == list(counted.row_words) and (read.row_counts == counted.row_counts).all()
     assert read.size == counted.size <= 700 and read.total == counted.total
     bad = {"line": b"w0 12\nw1 7\nw2 x7\n", "word": b"w0 12\nw1 7\n\nw0 3\n", "count": b"w0 12\nw1 7 3\n"}
@@ -52,7 +52,7 @@ def test_a_file_s_counts_give_the_count_s_vocabulary_and_bad_files_are_refused(c
                 f.write(text)
         c.barrier()
         with pytest.raises(UserError, match=said[name]):
-            vocab.build(c, [corpus], cfg, counted=readvocab.counts(c, path))
+            vocab.build(c, [corpus], cfg, given=readvocab.counts(c, path))
     with pytest.raises(UserError, match="cannot read --read-vocab .*missing.txt"):
         readvocab.counts(c, f"{folder}/missing.txt")
 

@@ -30,7 +30,7 @@ class Listed(Counted):
 
 def counts(comm, path):
     """(Listed: the words of ``path`` this rank hash-owns, the counts of this rank's lines summed, ``path``)
-    on every rank (collective): vocab.build's ``counted``. UserError on every rank alike when the file cannot
+    on every rank (collective): vocab.build's ``given``. UserError on every rank alike when the file cannot
     be read, a line is not ``word count`` (named by its number), or a word is listed twice."""
     error, words, found = None, [], []
     try:

@@ -617,7 +617,7 @@ def cuts(block, chunk_bytes):
         start = end
 
 
-def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None, counted=None,
+def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, numbered=None, given=None,
           previous=None):
     """Count, filter and rank the vocabulary of ``paths`` on all ranks (collective), with rank 0's progress
     through the text (progress.Reading) unless ``reading`` is False. UserError on every rank when some rank
@@ -629,35 +629,35 @@ def build(comm, paths, cfg, log=lambda m: None, reading=True, limit=None, number
     a word not kept, and of each private index: native.remap's ``below``), which encode.encode turns into the id
     stream; else None. On any error ``numbered`` is emptied (nothing of the stream is left).
 
-    ``counted``: (Counted, tokens, where from) that stand for this rank's count (readvocab.counts, word2vec.c's
+    ``given``: (Counted, tokens, where from) that stand for this rank's count (readvocab.counts, word2vec.c's
     -read-vocab): the text is not read here, ``numbered`` must be None, and ``raw_words`` is the tokens summed.
 
     ``previous``: the vocabulary of a run that goes on with this text (readvocab.Listed of its vocab.txt; train
     --update): merged with the count by :func:`merged`, the Vocab's ``previous_ids`` then each local row's id in
     that run (-1: a new word)."""
-    assert not ((counted or previous) and numbered is not None), "a vocabulary not counted alone numbers no stream"
+    assert not ((given or previous) and numbered is not None), "a vocabulary not counted alone numbers no stream"
     try:
-        return _build(comm, paths, cfg, log, reading, limit, numbered, counted, previous)
+        return _build(comm, paths, cfg, log, reading, limit, numbered, given, previous)
     except BaseException:
         if numbered is not None:
             numbered.remove()
         raise
 
 
-def _build(comm, paths, cfg, log, reading, limit, numbered, counted, previous):
+def _build(comm, paths, cfg, log, reading, limit, numbered, given, previous):
     corpus.check_shared(comm, paths)
-    if counted:
-        tally, raw, source = counted
+    if given:
+        tally, raw, source = given
     else:
         pieces = corpus.split(paths, comm.size)[comm.rank]
         shown = progress.Reading("vocab", pieces, log, threads=comm.threads) if reading and comm.rank == 0 else None
         tally, raw = count(comm, pieces, reading=shown, threads=comm.threads, limit=limit, numbered=numbered)
     raw_words = comm.allreduce(raw)
     if raw_words == 0:
-        raise UserError(f"{source} holds no word that occurs" if counted else
+        raise UserError(f"{source} holds no word that occurs" if given else
                         "the corpus holds no words (only whitespace)")
     distinct, most_owned = comm.allreduce(len(tally)), comm.allreduce(len(tally), "max")
-    log(f"vocab: {distinct:,} words and their {raw_words:,} occurrences read from {source}" if counted else
+    log(f"vocab: {distinct:,} words and their {raw_words:,} occurrences read from {source}" if given else
         f"vocab: {raw_words:,} words read, {distinct:,} distinct tokens")
     # The distinct tokens of a block of text (corpus.BLOCK_BYTES), expected were the corpus's tokens in random
     # order, sum of 1 - (1 - share) ** count: text repeats its words nearer together, so a block holds fewer.
