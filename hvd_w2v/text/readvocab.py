@@ -11,7 +11,6 @@ import os
 
 import numpy as np
 
-from ..common.errors import UserError
 from ..kernels import native
 from .vocab import Counted, hash64, hash_owner, split_words, to_owners
 
