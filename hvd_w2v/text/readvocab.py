@@ -47,7 +47,8 @@ def counts(comm, path):
                               f"whole number), got {line[:80].decode('utf-8', 'replace')!r}")
             break
         if word != SENTENCE_END:
-            words.append(word), found.append(int(number))
+            words.append(word)
+            found.append(int(number))
     comm.agree(error)
     lengths = np.fromiter(map(len, words), np.int64, count=len(words))
     blob = np.frombuffer(b"".join(words), np.uint8)
