@@ -126,6 +126,15 @@ def shuffled(path, seed, workdir):
                      workdir)
 
 
+def source(path, lines, out):
+    """The first ``lines`` lines of the corpus ``path`` (0: all) as a file under ``out`` (made here), or
+    SystemExit naming the command that builds the real corpus when ``path`` is missing."""
+    os.makedirs(out, exist_ok=True)
+    if not os.path.exists(path):
+        raise SystemExit(f"no corpus at {path}: build it with python -m hvd_w2v.realcorpus data/real")
+    return prepare_corpus(path, lines, out)
+
+
 def _cell(values, width, digits=3):
     """The mean, and with several values their range: ``0.351 (0.347-0.356)``; "diverged" if one run did."""
     if any(math.isinf(v) for v in values):
@@ -163,10 +172,7 @@ def main(argv=None):
                    help="read the lines in a random order, numpy's permutation of SEED (default: in order)")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    if not os.path.exists(args.corpus):
-        raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
-    corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    corpus = source(args.corpus, args.lines, args.out)
     if args.interleave > 1 and args.shuffle is not None:
         raise SystemExit("--interleave and --shuffle: one order at a time")
     if args.interleave > 1:

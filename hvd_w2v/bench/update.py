@@ -19,8 +19,7 @@ import subprocess
 
 from . import ROOT, checkout_env
 from .gensim_scores import scores
-from .quality import shuffled, train_gensim
-from .throughput import prepare_corpus
+from .quality import shuffled, source, train_gensim
 
 
 def halves(path, workdir):
@@ -78,10 +77,7 @@ def main(argv=None):
     p.add_argument("--no-hvd", action="store_true", help="gensim's rows alone")
     p.add_argument("--out", default=os.path.join("runs", "update"))
     args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    if not os.path.exists(args.corpus):
-        raise SystemExit(f"no corpus at {args.corpus}: build it with python -m hvd_w2v.realcorpus data/real")
-    corpus = prepare_corpus(args.corpus, args.lines, args.out)
+    corpus = source(args.corpus, args.lines, args.out)
     if args.shuffle >= 0:
         corpus = shuffled(corpus, args.shuffle, args.out)
     first, second = halves(corpus, args.out)
