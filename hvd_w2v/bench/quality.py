@@ -126,7 +126,7 @@ def shuffled(path, seed, workdir):
                      workdir)
 
 
-def source(path, lines, out):
+def corpus_head(path, lines, out):
     """The first ``lines`` lines of the corpus ``path`` (0: all) as a file under ``out`` (made here), or
     SystemExit naming the command that builds the real corpus when ``path`` is missing."""
     os.makedirs(out, exist_ok=True)
@@ -172,7 +172,7 @@ def main(argv=None):
                    help="read the lines in a random order, numpy's permutation of SEED (default: in order)")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
-    corpus = source(args.corpus, args.lines, args.out)
+    corpus = corpus_head(args.corpus, args.lines, args.out)
     if args.interleave > 1 and args.shuffle is not None:
         raise SystemExit("--interleave and --shuffle: one order at a time")
     if args.interleave > 1:

@@ -19,7 +19,7 @@ import subprocess
 
 from . import ROOT, checkout_env
 from .gensim_scores import scores
-from .quality import shuffled, source, train_gensim
+from .quality import corpus_head, shuffled, train_gensim
 
 
 def halves(path, workdir):
@@ -77,7 +77,7 @@ def main(argv=None):
     p.add_argument("--no-hvd", action="store_true", help="gensim's rows alone")
     p.add_argument("--out", default=os.path.join("runs", "update"))
     args = p.parse_args(argv)
-    corpus = source(args.corpus, args.lines, args.out)
+    corpus = corpus_head(args.corpus, args.lines, args.out)
     if args.shuffle >= 0:
         corpus = shuffled(corpus, args.shuffle, args.out)
     first, second = halves(corpus, args.out)
