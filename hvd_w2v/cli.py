@@ -295,7 +295,11 @@ def add_train_options(p):
     g = p.add_argument_group("model (word2vec defaults)")
     g.add_argument("--dim", type=int, default=d.dim, help="vector width (default: %(default)s)")
     g.add_argument("--window", type=int, default=d.window, help="max context distance (default: %(default)s)")
-    g.add_argument("--negative", type=int, default=d.negative, help="noise words per centre (default: %(default)s)")
+    g.add_argument("--negative", type=int, default=d.negative,
+                   help="noise words per centre; 0 with --hs 1 (default: %(default)s)")
+    g.add_argument("--hs", type=int, choices=(0, 1), default=int(d.hs),
+                   help="1: hierarchical softmax over word2vec.c's Huffman tree, in place of noise words (give "
+                        "--negative 0; word2vec.c's -hs 1, gensim's hs=1) (default: %(default)s)")
     g.add_argument("--ns-exponent", type=float, default=d.ns_exponent,
                    help="noise words drawn by count^this: 1 by frequency, 0 uniformly (gensim's ns_exponent; "
                         "default: %(default)s)")

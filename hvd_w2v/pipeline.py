@@ -111,6 +111,11 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
         raise UserError("--update goes on from the finished run in --out with its own vocabulary: not with --resume, "
                         "--overwrite, --read-vocab or --max-final-vocab")
+    if update and cfg.hs:
+        from .common.errors import UserError
+
+        raise UserError("--update with --hs 1 is not supported: the summed counts make another Huffman tree, whose "
+                        "inner nodes the run's rows do not hold")
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
     cfg = settle(saver.comm, cfg, out if resume else None, saver.log)
     _rule(cfg).check_layout(cfg, saver.comm.size)  # before the lock: nothing to release

@@ -113,24 +113,30 @@ def plan_view(step, plan, n_hot):
             [padded[block] for block in step.ctx], [padded[block] for block in step.tgt])
 
 
-@pytest.mark.parametrize("ranks, n_hot, sg", [(1, 0, True), (1, 0, False), (2, 0, True), (3, 40, True),
-                                              (4, 0, False)])
-def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot, sg):
-    """The compiled step's StepPlan (one block), from real examples (noise words equal to their centre included):
-    keys grouped by owner as numpy's (within an owner the order may differ: no sum depends on it), the same
-    SGD count per key, and every example slot pointing at the same key."""
+@pytest.mark.parametrize("ranks, n_hot, sg, hs", [(1, 0, True, False), (1, 0, False, False), (2, 0, True, False),
+                                                  (3, 40, True, False), (4, 0, False, False), (2, 0, True, True),
+                                                  (3, 40, False, True)])
+def test_the_compiled_step_plan_means_numpys(builder, monkeypatch, ranks, n_hot, sg, hs):
+    """The compiled step's StepPlan (one block), from real examples (noise words equal to their centre included;
+    with ``hs``, Huffman paths of every length): keys grouped by owner as numpy's (within an owner the order may
+    differ: no sum depends on it), the same SGD count per key, and every example slot pointing at the same key."""
     from hvd_w2v.parallel.shard import RowPlan
     from hvd_w2v.training.loop import StepPlan
 
     stream, voc = zipf_stream(30_000, 3_000, seed=2), zipf_vocab(3_000, 1e-3)
     plan = RowPlan(3_000, ranks)
     for lo, hi in [(0, 2048), (5000, 5700), (100, 100)]:
-        batch = batches.build(stream, voc, Config(), 0, lo, hi)
-        assert lo == hi or (batch.negatives == batch.centres[:, None]).any()
-        got = plan_view(StepPlan.of(batch, plan, n_hot, sg, 1), plan, n_hot)
+        batch = batches.build(stream, voc, Config(negative=0, hs=True) if hs else Config(), 0, lo, hi)
+        assert lo == hi or hs or (batch.negatives == batch.centres[:, None]).any()
+        compiled = StepPlan.of(batch, plan, n_hot, sg, 1)
+        got = plan_view(compiled, plan, n_hot)
         monkeypatch.setattr(native, "example_builder", lambda: None)
-        want = plan_view(StepPlan.of(batch, plan, n_hot, sg, 1), plan, n_hot)
+        numpys = StepPlan.of(batch, plan, n_hot, sg, 1)
+        want = plan_view(numpys, plan, n_hot)
         monkeypatch.undo()
+        if hs:
+            assert lo == hi or len(set((batch.path >= 0).sum(axis=1))) > 3  # paths of several lengths
+            assert np.array_equal(compiled.codes[0], numpys.codes[0])
         assert got[:3] == want[:3]
         for a, b in zip(got[3] + got[4], want[3] + want[4]):
             assert np.array_equal(a, b)

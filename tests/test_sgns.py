@@ -9,10 +9,11 @@ from hvd_w2v.training.batches import Batch
 from hvd_w2v.training.loop import StepPlan
 
 
-def one_group(sg, fused, cbow_mean=True):
+def one_group(sg, fused, cbow_mean=True, hs=False):
     """The step function with all centres in one group of any width."""
-    fn = sgns.step_function(sg, 1, fused, cbow_mean=cbow_mean)
-    return lambda table, ctx, tgt, alpha: fn(table, [ctx], [tgt], alpha)
+    fn = sgns.step_function(sg, 1, fused, cbow_mean=cbow_mean, hs=hs)
+    return lambda table, ctx, tgt, alpha, codes=None: fn(table, [ctx], [tgt], alpha,
+                                                         None if codes is None else [codes])
 
 
 @pytest.fixture(params=[True, False], ids=["fused", "graph"])
@@ -39,14 +40,18 @@ def sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
-def reference(table, ctx, tgt, alpha, sg, cbow_mean=True):
+def reference(table, ctx, tgt, alpha, sg, cbow_mean=True, codes=None):
     """word2vec.c's updates, one pair at a time, every one read from the same snapshot and summed; CBOW of the
-    context's mean, or of its sum, each context word then getting 1/m of the update (gensim's cbow_mean=0)."""
+    context's mean, or of its sum, each context word then getting 1/m of the update (gensim's cbow_mean=0).
+    With ``codes``, hierarchical softmax: ``tgt`` the path's rows (none past its end), labels 1 - code."""
     none = len(table) - 1
     up = np.zeros_like(table, dtype=np.float64)
     for i in range(len(ctx)):
         words = [c for c in ctx[i] if c != none]
-        targets = [(t, 1.0 if k == 0 else 0.0) for k, t in enumerate(tgt[i]) if k == 0 or t != tgt[i, 0]]
+        if codes is None:
+            targets = [(t, 1.0 if k == 0 else 0.0) for k, t in enumerate(tgt[i]) if k == 0 or t != tgt[i, 0]]
+        else:
+            targets = [(t, 1.0 - code) for t, code in zip(tgt[i], codes[i]) if t != none]
         inputs = ([(table[c], [c]) for c in words] if sg else [(table[words].mean(axis=0), words)] if cbow_mean
                   else [(table[words].sum(axis=0), words)])
         share = 1.0 if sg or cbow_mean else 1.0 / len(words)
@@ -71,6 +76,23 @@ def test_updates_equal_word2vec_loops(sg, cbow_mean, fused):
         np.testing.assert_allclose(updates, reference(table, ctx, tgt, alpha, sg, cbow_mean), atol=1e-6)
         assert float(pairs) == ((ctx < len(table) - 1).sum() if sg else len(ctx))
         assert float(loss) > 0
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])
+def test_hierarchical_softmax_updates_equal_word2vec_loops(sg, fused):
+    """Targets a path of inner-node rows of any length (the rest "none"), each labelled 1 - its code."""
+    table, ctx, _ = example(1)
+    rng = np.random.default_rng(1)
+    none = len(table) - 1
+    tgt = np.full((len(ctx), 4), none, np.int32)
+    codes = np.zeros(tgt.shape, np.int8)
+    for i, length in enumerate(rng.integers(1, 5, len(ctx))):
+        tgt[i, :length] = rng.choice(np.arange(10, 20), length, replace=False)
+        codes[i, :length] = rng.integers(0, 2, length)
+    updates, loss, pairs = one_group(sg, fused, hs=True)(table, ctx, tgt, np.float32(0.025), codes)
+    np.testing.assert_allclose(updates, reference(table, ctx, tgt, 0.025, sg, codes=codes), atol=1e-6)
+    assert float(loss) > 0
+    assert float(pairs) == ((ctx < none).sum() if sg else len(ctx))
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])

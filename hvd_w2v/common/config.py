@@ -39,6 +39,10 @@ class Config:
     dim: int = 100  # embedding width (columns of W_in and W_out), 1..10000
     window: int = 5  # maximum distance between centre and context; the reduced window is drawn in [1, window]
     negative: int = 5  # noise words per centre, drawn from unigram^ns_exponent; shared by the centre's whole window
+    # Hierarchical softmax (word2vec.c's -hs 1, gensim's hs=1) in place of negative sampling: each centre is
+    # predicted along its path in word2vec.c's Huffman tree of the counts (text/huffman.py), whose V - 1 inner
+    # nodes' rows take the place of W_out's. One objective a run: --hs 1 goes with --negative 0.
+    hs: bool = False
     # The noise distribution's exponent (gensim's ns_exponent): 0.75 is word2vec's, 1 samples by frequency, 0 every
     # word alike, below 0 rare words more (tuned in item2vec-like uses).
     ns_exponent: float = 0.75
@@ -119,7 +123,12 @@ class Config:
         checks = [
             (1 <= self.dim <= 10000, f"--dim must be in 1..10000, got {self.dim}"),
             (1 <= self.window <= 100, f"--window must be in 1..100, got {self.window}"),
-            (1 <= self.negative <= 100, f"--negative must be in 1..100, got {self.negative}"),
+            (0 <= self.negative <= 100, f"--negative must be in 0..100, got {self.negative}"),
+            (self.negative or self.hs, "--negative 0 trains no noise words: give --hs 1 (hierarchical softmax) "
+                                       "with it"),
+            (not (self.hs and self.negative), f"--hs 1 trains hierarchical softmax alone: give --negative 0 with it "
+                                              f"(word2vec.c's both at once is not supported), got --negative "
+                                              f"{self.negative}"),
             (-10 <= self.ns_exponent <= 10, f"--ns-exponent must be in -10..10, got {self.ns_exponent}"),
             (self.min_count >= 1, f"--min-count must be at least 1, got {self.min_count}"),
             (self.max_final_vocab >= 0,
@@ -174,15 +183,19 @@ class Config:
         config (a dict) of the run that a resume goes on with, whose choices are kept, so that a run resumed
         on another layout goes on with the same shards (its resume is exact on the same shards).
 
-        The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
-        which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
+        The choice: on one host, and for hierarchical softmax (``hs``) everywhere, the exact step (``shards``
+        0), whose vectors do not depend on the layout and which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
         every 2,048 positions would leave a cluster idle. With shards, ``merge_clip`` is MERGE_CLIP, and a
         ``superstep`` left to the layout stays None until :meth:`sized` knows the corpus's size.
         """
         previous = previous or {}
         shards = self.shards
+        if self.hs and shards:
+            raise UserError(f"--hs 1 trains in the exact step: shard-local SGD (--shards {shards}) has no "
+                            f"hierarchical softmax yet; give --shards 0 or leave it out")
         if shards is None:
-            shards = previous.get("shards") if previous.get("shards") is not None else threads if hosts > 1 else 0
+            shards = previous.get("shards") if previous.get("shards") is not None else 0 if self.hs \
+                else threads if hosts > 1 else 0
         if not shards:
             if self.substep is not None:
                 raise UserError("--substep is shard-local SGD's: the exact step merges the hot rows every step "

@@ -237,10 +237,12 @@ void for_each_sight(const int64_t* centres, const int64_t* contexts, const int64
       visit(id, 2 * id, 1);  // one update of the context's W_in row
     }
     // An output row gets one update per (context, target) pair in skip-gram, one per example in CBOW; a
-    // noise word equal to the centre is skipped, as word2vec.c does.
+    // noise word equal to the centre is skipped, as word2vec.c does. A negative id past the first target is
+    // none (a hierarchical-softmax path shorter than the block).
     const int32_t per = sg ? have : 1;
     for (int64_t k = 0; k <= negative; ++k) {
       const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
+      if (id < 0) continue;
       visit(id, 2 * id + 1, k && id == centres[i] ? 0 : per);
     }
   }
@@ -339,8 +341,10 @@ void write_slots(const int64_t* centres, const int64_t* contexts, const int64_t*
         const int64_t id = contexts[i * width + j];
         ctx[i * width + j] = id < 0 ? none : slot_of(id);
       }
-      for (int64_t k = 0; k < targets; ++k)
-        tgt[i * targets + k] = slot_of(k ? negatives[i * negative + k - 1] : centres[i]);
+      for (int64_t k = 0; k < targets; ++k) {
+        const int64_t id = k ? negatives[i * negative + k - 1] : centres[i];
+        tgt[i * targets + k] = id < 0 ? none : slot_of(id);
+      }
     }
   };
   if (team == 1) {  // one share: no class to look up
@@ -460,7 +464,7 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
 }
 
 // loop.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
-// negatives[n, negative]) on ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
+// negatives[n, negative], -1 for none: hierarchical softmax's targets are a path, centres[] its root) on ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
 // Writes the unique keys (2 id + matrix) grouped by owner, within an owner class by class (id_class) and each
 // class in first-sight order, to keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each
 // key to sgd[U], and the slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row:

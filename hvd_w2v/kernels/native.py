@@ -142,7 +142,7 @@ def aligned_empty(shape, dtype):
 # -- the step's maths (sgns_kernel.cc) -----------------------------------------------------------------------
 
 # Each library's functions and their argument types (module constants: the accessors run every step).
-STEP_FUNCTIONS = {"hvd_w2v_sgns_step": [I64, P, I64, I64, I64, P, P, P, P, P, F32, I64, P, P]}
+STEP_FUNCTIONS = {"hvd_w2v_sgns_step": [I64, P, I64, I64, I64, P, P, P, P, P, P, F32, I64, P, P]}
 
 
 def step_kernel():
@@ -156,20 +156,23 @@ def arch(sg, cbow_mean=True):
     return 1 if sg else 0 if cbow_mean else 2
 
 
-def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1, cbow_mean=True):
+def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1, cbow_mean=True, codes=None):
     """sgns.step_function's maths in one compiled call on ``threads`` threads: ``rows`` float32[T, d], the
-    groups' int32 blocks ``ctxs`` [n_g, w_g] and ``tgts`` [n_g, 1 + K] (C-contiguous, indices in [0, T)).
-    Returns (updates float32[T - 1, d], loss, count)."""
+    groups' int32 blocks ``ctxs`` [n_g, w_g] and ``tgts`` [n_g, 1 + K] (C-contiguous, indices in [0, T)), and
+    for hierarchical softmax ``codes``, int8 blocks of tgts' shapes (the targets' Huffman codes). Returns
+    (updates float32[T - 1, d], loss, count)."""
     if not (rows.dtype == np.float32 and rows.ndim == 2 and len(rows) >= 1 and rows.flags.c_contiguous
             and len(ctxs) == len(tgts) >= 1
             and all(c.dtype == t.dtype == np.int32 and c.ndim == t.ndim == 2 and len(c) == len(t)
-                    and c.flags.c_contiguous and t.flags.c_contiguous for c, t in zip(ctxs, tgts))):
+                    and c.flags.c_contiguous and t.flags.c_contiguous for c, t in zip(ctxs, tgts))
+            and (codes is None or len(codes) == len(tgts) and all(
+                c.dtype == np.int8 and c.shape == t.shape and c.flags.c_contiguous for c, t in zip(codes, tgts)))):
         raise ValueError("the step takes float32 rows [T >= 1, d] and int32 C-contiguous ctx [n, w] and tgt "
-                         "[n, 1 + K] blocks that agree on n")
+                         "[n, 1 + K] blocks that agree on n (and int8 codes of tgt's shape)")
     updates = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
-    if lib.hvd_w2v_sgns_step(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs), _pointers(ctxs),
-                             _pointers(tgts), _int64s([len(c) for c in ctxs]), _int64s([c.shape[1] for c in ctxs]),
+    if lib.hvd_w2v_sgns_step(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs),
+                             _pointers(ctxs), _pointers(tgts), None if codes is None else _pointers(codes), _int64s([len(c) for c in ctxs]), _int64s([c.shape[1] for c in ctxs]),
                              _int64s([t.shape[1] for t in tgts]), alpha, threads, updates.ctypes.data, sums):
         raise IndexError(f"the step's context or target rows must lie in [0, {len(rows)})")
     return updates, sums[0], sums[1]

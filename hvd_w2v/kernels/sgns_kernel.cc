@@ -14,6 +14,9 @@
 // float32[T - 1, d], every row's summed update (the last row's is dropped), and sums[0] the loss (summed
 // -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). Every update is
 // computed from the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
+// Hierarchical softmax: with ``codes`` (int8 blocks [n_g, k1] beside tgt), tgt holds the centre's path of
+// inner-node rows (T - 1 past its end) and target k's label is 1 - codes[k], word2vec.c's; without, target 0
+// (the centre) is labelled 1 and the noise words 0.
 //
 // Threads (the rank's budget): the centres are cut into one run of consecutive centres per thread, of about
 // equal work (row operations, counted from each centre's context words), run at once (OpenMP). A row that
@@ -100,15 +103,18 @@ inline bool skipped(const int32_t* ts, int k, int none) { return ts[k] == none |
 // (they read the step's snapshot, never the updates), so they overlap instead of each waiting for the one
 // before it through its sigmoid and updates; each value, and the order the loss and the updates are summed
 // in, is the same as one target at a time.
-inline void gradients(const float* l1, const float* rows, const int32_t* ts, int k1, int none, int d, float alpha,
-                      float* grad, double* loss) {
+// ``code``: the targets' Huffman codes (hierarchical softmax: label 1 - code), or null (negative sampling:
+// label 1 for target 0, the centre, 0 for its noise words).
+inline void gradients(const float* l1, const float* rows, const int32_t* ts, const int8_t* code, int k1, int none,
+                      int d, float alpha, float* grad, double* loss) {
   for (int k = 0; k < k1; ++k)
     grad[k] = skipped(ts, k, none) ? 0.f : dot(l1, rows + static_cast<int64_t>(ts[k]) * d, d);
   for (int k = 0; k < k1; ++k) {
     if (skipped(ts, k, none)) continue;
+    const bool label = code ? code[k] == 0 : k == 0;
     float sig;
-    sigmoid_and_loss(grad[k], k == 0, &sig, loss);
-    grad[k] = ((k == 0 ? 1.f : 0.f) - sig) * alpha;
+    sigmoid_and_loss(grad[k], label, &sig, loss);
+    grad[k] = ((label ? 1.f : 0.f) - sig) * alpha;
   }
 }
 
@@ -148,19 +154,21 @@ inline void prefetch_centre(const float* rows, const Out& up, int d, int none, c
 // that line back and forth (false sharing; the bench README, "Threads inside a rank", has the maths before
 // and after).
 void centres(int64_t arch, const float* rows, int d, int none, float alpha, const int32_t* ctx, int w,
-             const int32_t* tgt, int k1, int64_t lo, int64_t hi, const Out& up, double* loss_sum, double* count_sum) {
+             const int32_t* tgt, const int8_t* codes, int k1, int64_t lo, int64_t hi, const Out& up,
+             double* loss_sum, double* count_sum) {
   const bool sg = arch == 1, mean = arch == 0;
   std::vector<float> work(d), hidden(d), grad(k1);
   double loss = *loss_sum, count = *count_sum;
   for (int64_t i = lo; i < hi; ++i) {
     const int32_t* cs = ctx + i * w;
     const int32_t* ts = tgt + i * k1;
+    const int8_t* code = codes ? codes + i * k1 : nullptr;
     if (i + 1 < hi) prefetch_centre(rows, up, d, none, cs + w, w, ts + k1, k1);
     if (sg) {
       for (int j = 0; j < w; ++j) {
         if (cs[j] == none) continue;
         const float* l1 = rows + static_cast<int64_t>(cs[j]) * d;
-        gradients(l1, rows, ts, k1, none, d, alpha, grad.data(), &loss);
+        gradients(l1, rows, ts, code, k1, none, d, alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int k = 0; k < k1; ++k) {
           if (skipped(ts, k, none)) continue;
@@ -182,7 +190,7 @@ void centres(int64_t arch, const float* rows, int d, int none, float alpha, cons
       if (m == 0) continue;  // a padding centre learns nothing
       if (mean)
         for (int x = 0; x < d; ++x) hidden[x] /= m;
-      gradients(hidden.data(), rows, ts, k1, none, d, alpha, grad.data(), &loss);
+      gradients(hidden.data(), rows, ts, code, k1, none, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int k = 0; k < k1; ++k) {
         if (skipped(ts, k, none)) continue;
@@ -217,9 +225,10 @@ std::vector<Chunk> scratch;
 extern "C" {
 
 // The step (the contract above): group g's blocks are ctxs[g] [centres[g], widths[g]] and tgts[g]
-// [centres[g], targets[g]]. Returns 0, or -1 with nothing written when a row index lies outside [0, T).
+// [centres[g], targets[g]], codes[g] (null, or codes null: negative sampling) its Huffman codes. Returns 0, or -1 with nothing written when a row index lies outside [0, T).
 int64_t hvd_w2v_sgns_step(int64_t arch, const float* rows, int64_t T, int64_t d, int64_t groups,
-                          const int32_t* const* ctxs, const int32_t* const* tgts, const int64_t* centres_of,
+                          const int32_t* const* ctxs, const int32_t* const* tgts, const int8_t* const* codes,
+                          const int64_t* centres_of,
                           const int64_t* widths, const int64_t* targets, float alpha, int64_t threads, float* up,
                           double* sums) {
   PROFILE(Stopwatch caller{0});  // the set-up runs on the calling thread alone
@@ -272,8 +281,8 @@ int64_t hvd_w2v_sgns_step(int64_t arch, const float* rows, int64_t T, int64_t d,
     std::fill(up, up + cells, 0.f);
     PROFILE(caller.lap(MARKS));
     run(0, [&](int64_t g, int64_t a, int64_t b) {
-      centres(arch, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, Out{up, d}, &loss[0],
-              &count[0]);
+      centres(arch, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], codes ? codes[g] : nullptr, targets[g], a,
+              b, Out{up, d}, &loss[0], &count[0]);
     });
     PROFILE(caller.lap(CENTRES));
   } else {
@@ -317,8 +326,8 @@ int64_t hvd_w2v_sgns_step(int64_t arch, const float* rows, int64_t T, int64_t d,
       }
       PROFILE(watch.lap(SHARED));
       run(t, [&](int64_t g, int64_t a, int64_t b) {
-        centres(arch, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], targets[g], a, b, out, &loss[t],
-                &count[t]);
+        centres(arch, rows, d, none, alpha, ctxs[g], widths[g], tgts[g], codes ? codes[g] : nullptr, targets[g], a,
+                b, out, &loss[t], &count[t]);
       });
       PROFILE(watch.lap(CENTRES));
 #pragma omp barrier

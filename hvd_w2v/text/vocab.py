@@ -43,6 +43,7 @@ tests/test_scale_memory.py measures the peak of vocab.build on 1 and 4 ranks; it
 Counter per rank of all its range's distinct tokens (before the rounds), are in hvd_w2v/bench/README.md
 ("Vocabulary counting").
 """
+import functools
 import hashlib
 import math
 import operator
@@ -153,6 +154,13 @@ class CountRuns:
         # The run of each bucket's left edge, less one: a lower bound for every draw in it, float rounding too.
         edges = np.arange(GUIDE) * (self.cum[-1] / GUIDE)
         self.guide = np.maximum(np.searchsorted(self.cum, edges, side="right") - 2, 0)
+
+    @functools.cached_property
+    def tree(self):
+        """word2vec.c's Huffman tree of these counts (hierarchical softmax's, huffman.Tree), made on first use."""
+        from .huffman import Tree
+
+        return Tree.of(self)
 
     def run(self, ids):
         return np.searchsorted(self.starts, ids, side="right") - 1

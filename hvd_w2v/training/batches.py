@@ -4,7 +4,7 @@ Everything here is a function of global stream positions and (seed, epoch), neve
 position p has the same context and negatives whichever rank builds it, which is what makes training on
 P ranks equal training on one.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,6 +20,17 @@ class Batch:
     centres: np.ndarray  # int64[n]
     contexts: np.ndarray  # int64[n, 2*window]: kept neighbours, -1 where there is none
     negatives: np.ndarray  # int64[n, negative]: noise words, shared by the centre's whole window
+    # Hierarchical softmax's targets in place of the centre and its noise words (with_paths): each centre's path
+    # in the Huffman tree, root first, as inner-node ids (-1 past its end), and the path's codes.
+    path: np.ndarray = None  # int64[n, depth]
+    codes: np.ndarray = None  # int8[n, depth]
+
+    def targets(self):
+        """int64[n, k]: the ids of the output rows each centre trains, -1 for none: its path's inner nodes
+        (hierarchical softmax), or the centre then its noise words."""
+        if self.path is not None:
+            return self.path
+        return np.concatenate((self.centres[:, None], self.negatives), axis=1)
 
     def __len__(self):
         return len(self.centres)
@@ -37,15 +48,28 @@ def builder_keys(cfg, epoch):
     return [rng.key(cfg.seed, which, epoch) for which in (rng.KEEP, rng.WINDOW, rng.NOISE)]
 
 
+def with_paths(batch, vocab, cfg):
+    """``batch`` with its centres' Huffman paths and codes (hierarchical softmax: ``cfg.hs``), or as it is."""
+    if not cfg.hs:
+        return batch
+    path, codes = vocab.runs.tree.paths(batch.centres)
+    return replace(batch, path=path, codes=codes)
+
+
 def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
     """The examples whose centre lies in ``[lo, hi)``, built on ``threads`` threads by the compiled builder
-    (the numpy fallback: one).
+    (the numpy fallback: one); with ``cfg.hs``, their Huffman paths (:func:`with_paths`).
 
     Subsampling as word2vec: an occurrence is dropped with probability ``1 - keep[id]``, before windows are
     formed, so windows reach over dropped words. The window of each centre is reduced to ``b`` drawn in
     ``[1, window]``; context is the ``b`` nearest kept words on each side, within the sentence and within
     ``cfg.context_span`` raw positions (the span only bounds what a rank reads around its slice).
     """
+    return with_paths(_examples(stream, vocab, cfg, epoch, lo, hi, threads), vocab, cfg)
+
+
+def _examples(stream, vocab, cfg, epoch, lo, hi, threads):
+    """:func:`build`'s examples, before any paths."""
     span, window = cfg.context_span, cfg.window
     ids, base = read_around(stream, cfg, lo, hi)
     lib = native.example_builder()
@@ -90,11 +114,11 @@ def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1):
                                             [lo for lo, _ in ranges], [hi for _, hi in ranges],
                                             builder_keys(cfg, epoch), cfg.window, cfg.context_span, cfg.negative,
                                             vocab.runs, threads)
-        return Batch(*made), counts
-    parts = [build(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
+        return with_paths(Batch(*made), vocab, cfg), counts
+    parts = [_examples(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
     fields = ("centres", "contexts", "negatives")
     batch = Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields)) if parts else _empty(cfg)
-    return batch, np.array([len(p) for p in parts], np.int64)
+    return with_paths(batch, vocab, cfg), np.array([len(p) for p in parts], np.int64)
 
 
 def _empty(cfg):

@@ -4,7 +4,8 @@ garbage with exit code 0.
 Two signs, both checked at every loss report (loop.train), from figures every rank already has:
 
 - the **loss per pair** summed over the ranks: training starts at about ``(1 + negative) ln 2`` a pair (W_out
-  starts at zeros, so every sigmoid is 1/2) and only goes down from there when it learns; a loss past
+  starts at zeros, so every sigmoid is 1/2; hierarchical softmax's at most ``depth ln 2``, its longest path's,
+  a pair's targets being its centre's path) and only goes down from there when it learns; a loss past
   ``LOSS_FACTOR`` times that start (or not a number) has diverged;
 - the **largest row norm** of each rank's most frequent words (``FREQUENT_ROWS`` local rows of W_in and W_out
   and the hot replicas): frequent rows take the most updates, so they are the first to blow up; past
@@ -33,9 +34,10 @@ class Diverged(Exception):
         self.step, self.what, self.checkpoint = step, what, None
 
 
-def loss_bound(cfg):
-    """The largest loss per pair a run may report: LOSS_FACTOR times its start, ``(1 + negative) ln 2``."""
-    return LOSS_FACTOR * (1 + cfg.negative) * math.log(2)
+def loss_bound(cfg, depth=0):
+    """The largest loss per pair a run may report: LOSS_FACTOR times its start, ``(1 + negative) ln 2``, or
+    with hierarchical softmax (``cfg.hs``) at most ``depth ln 2``, ``depth`` the Huffman tree's longest code."""
+    return LOSS_FACTOR * (depth if cfg.hs else 1 + cfg.negative) * math.log(2)
 
 
 def largest_norm(rows):
@@ -60,10 +62,10 @@ def frequent_norm(model, hot_rows):
 
 
 class Guard:
-    """The bounds of one run (``cfg``: its loss per pair's and its rows' norm)."""
+    """The bounds of one run (``cfg``: its loss per pair's and its rows' norm; ``depth``: loss_bound's)."""
 
-    def __init__(self, cfg):
-        self.loss_limit, self.norm_limit = loss_bound(cfg), float(cfg.max_row_norm)
+    def __init__(self, cfg, depth=0):
+        self.loss_limit, self.norm_limit = loss_bound(cfg, depth), float(cfg.max_row_norm)
 
     def check(self, step, loss, norm):
         """Raise :class:`Diverged` when the report of global step ``step`` (its loss per pair, the largest row

@@ -115,7 +115,7 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
     # exchange since the report before, in its own slot (the sum is every rank's: the slowest rank's lag), then
     # each rank's largest frequent row norm, in its own slot (the divergence guard's)
     report = np.zeros(3 + 2 * comm.size)
-    guard = divergence.Guard(cfg)
+    guard = divergence.Guard(cfg, vocab.runs.tree.depth if cfg.hs else 0)
     if saver is not None:
         saver.guard = guard
     next_report, last = first + FIRST_REPORT, (first, time.monotonic(), 0.0)  # step, time, exchange seconds
@@ -190,14 +190,15 @@ class ExactStep:
         tensorflow(threads)  # sgns's graph, should the compiled step be missing, on the rank's thread budget
         from . import sgns
 
-        self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads, cbow_mean=cfg.cbow_mean)
+        self.cfg, self.fn = cfg, sgns.step_function(cfg.sg, cfg.window, threads=threads, cbow_mean=cfg.cbow_mean,
+                                                    hs=cfg.hs)
         self.apply = CappedAdd(float(cfg.update_cap), threads)
         self.empty_rows = self.fn.empty_rows
         self.prepare = lambda done: prepare_step(stream, vocab, cfg, plan, hot.n, self.fn.groups, done, rank,
                                                  threads)
 
     def maths(self, rows, step, alpha):
-        return self.fn(rows, step.ctx, step.tgt, alpha)
+        return self.fn(rows, step.ctx, step.tgt, alpha, step.codes)
 
     def describe(self):
         return (f"steps of {self.cfg.batch_words:,} positions; step maths: "
@@ -313,8 +314,9 @@ class StepPlan:
     cold: int
     table: int  # rows of the table the step function sees: U rounded up, at least U + 1
     ctx: list  # int32[n_g, w_g] per group g: its centres' context rows
-    tgt: list  # int32[n_g, 1+negative] per group g: the centre, then its noise words
+    tgt: list  # int32[n_g, 1+negative] per group g: the centre, then its noise words (or its Huffman path)
     sgd: np.ndarray  # float32[U]
+    codes: list = None  # int8 blocks of tgt's shapes: the paths' Huffman codes (hierarchical softmax), or None
 
     @property
     def ask(self):
@@ -329,16 +331,20 @@ class StepPlan:
         left-packs them and groups centres by width (the graph; numpy, one thread). With ``bounds`` (shard s's
         centres ``[bounds[s], bounds[s + 1])``, from 0 to all), ``sgd`` counts the shards touching each row."""
         lib = native.example_builder() if groups == 1 else None
+        hs = batch.path is not None
         if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
+            first, rest = (batch.path[:, 0], batch.path[:, 1:]) if hs else (batch.centres, batch.negatives)
             keys, owned, ctx, tgt, sgd = native.step_plan(
-                lib, batch.centres, batch.contexts, batch.negatives, plan.ranks, n_hot, sg, ROW_BUCKET,
+                lib, first, batch.contexts, rest, plan.ranks, n_hot, sg, ROW_BUCKET,
                 _round_up(len(batch), CENTRE_BUCKET), threads, bounds)
             table = _round_up(len(keys) + 1, ROW_BUCKET)
-            return cls(keys, owned[:-1], len(keys) - owned[-1], table, [ctx], [tgt], sgd)
+            return cls(keys, owned[:-1], len(keys) - owned[-1], table, [ctx], [tgt], sgd,
+                       [_padded(batch.codes, 0)] if hs else None)
         valid = batch.contexts >= 0
         n_ctx = int(valid.sum())
-        targets = np.concatenate((batch.centres[:, None], batch.negatives), axis=1)
-        keys = np.concatenate((2 * batch.contexts[valid], 2 * targets.ravel() + 1))
+        targets = batch.targets()
+        named = targets >= 0  # a path's slots past its end name nothing
+        keys = np.concatenate((2 * batch.contexts[valid], 2 * targets[named] + 1))
         if plan.ranks == 1 and not n_hot:  # one owner of everything: no tags to sort by
             keys, slot = np.unique(keys, return_inverse=True)
             owned = np.array([len(keys), 0])
@@ -355,35 +361,44 @@ class StepPlan:
         none = table - 1
         width = valid.sum(axis=1)  # context words per centre, at least 1 (batches.build)
         placed = np.full(batch.contexts.shape, none, np.int32)
-        tslot = slot[n_ctx:].reshape(targets.shape).astype(np.int32)
+        tslot = np.full(targets.shape, none, np.int32)
+        tslot[named] = slot[n_ctx:]
+        codes = None
         if groups == 1:
             placed[valid] = slot[:n_ctx]
             ctx, tgt = [_padded(placed, none)], [_padded(tslot, none)]
+            if hs:
+                codes = [_padded(batch.codes, 0)]
         else:
             placed[np.nonzero(valid)[0], (np.cumsum(valid, axis=1) - 1)[valid]] = slot[:n_ctx]  # left-packed
             group = (width - 1) // 2  # widths 1-2 -> group 0, 3-4 -> 1, ...
             members = [np.flatnonzero(group == g) for g in range(groups)]
             ctx = [_padded(placed[m, :2 * (g + 1)], none) for g, m in enumerate(members)]
             tgt = [_padded(tslot[m], none) for m in members]
+            if hs:
+                codes = [_padded(batch.codes[m], 0) for m in members]
         # A context occurrence is one update of its W_in row; an output row gets one update per (context,
         # target) pair in skip-gram and one per example in CBOW. Noise words equal to the centre do not count.
         weight = np.ones(targets.shape, np.float32)
         weight[:, 1:] = targets[:, 1:] != targets[:, :1]
         if sg:
             weight *= width[:, None]
+        weight = weight[named]
         if bounds is None:
-            sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight.ravel())), minlength=len(keys))
+            sgd = np.bincount(slot, weights=np.concatenate((np.ones(n_ctx), weight)), minlength=len(keys))
         else:  # each row's distinct (row, shard) pairs
-            centre = np.concatenate((np.nonzero(valid)[0], np.repeat(np.arange(len(batch)), targets.shape[1])))
+            centre = np.concatenate((np.nonzero(valid)[0], np.nonzero(named)[0]))
             shard = np.searchsorted(bounds, centre, side="right") - 1
             pairs = np.unique(slot.astype(np.int64) * len(bounds) + shard)
             sgd = np.bincount(pairs // len(bounds), minlength=len(keys))
-        return cls(keys, owned[:-1], len(keys) - owned[-1], table, ctx, tgt, sgd.astype(np.float32))
+        return cls(keys, owned[:-1], len(keys) - owned[-1], table, ctx, tgt, sgd.astype(np.float32), codes)
 
 
 def _padded(block, none):
-    """``block`` (int32[n, w]) with rows of ``none`` added up to a multiple of CENTRE_BUCKET."""
-    out = np.full((_round_up(len(block), CENTRE_BUCKET), block.shape[1]), none, np.int32)
+    """``block`` ([n, w]) with rows of ``none`` added up to a multiple of CENTRE_BUCKET: int32 slots, or int8
+    codes."""
+    kind = np.int8 if block.dtype == np.int8 else np.int32
+    out = np.full((_round_up(len(block), CENTRE_BUCKET), block.shape[1]), none, kind)
     out[:len(block)] = block
     return out
 

@@ -1,4 +1,5 @@
-"""The loss and its updates: skip-gram and CBOW with negative sampling. Knows nothing of ranks.
+"""The loss and its updates: skip-gram and CBOW with negative sampling or hierarchical softmax. Knows nothing of
+ranks.
 
 Batched as Intel's pWord2Vec ("HogBatch"): each centre's output rows (the centre itself, then its
 ``negative`` noise words, shared by the whole window) meet all its context rows in one small matrix product.
@@ -14,6 +15,11 @@ and a W_out row (a centre or noise word) are different rows of it, even for the 
 row is zeros and stands for "no context word": reading it costs nothing and its update is thrown away, which
 is cheaper than masking.
 
+Hierarchical softmax (``hs``) has the same shape: a centre's targets are the inner nodes on its path in the
+Huffman tree (their rows stand where W_out's do), the zero row past the path's end, and each target's label is
+``1 - code``, its Huffman code's bit (word2vec.c's); negative sampling's labels are 1 for the centre, 0 for
+its noise words.
+
 Centres come in *groups* by context width: group ``g`` holds centres with at most ``2 * (g + 1)`` context
 words, its ``ctx`` block [n_g, 2 * (g + 1)] left-packed. word2vec's reduced windows give widths 2, 4, ..., 2
 window in equal shares, so one [n, 2 * window] block would be 40% "no context" slots that every product and
@@ -27,10 +33,13 @@ import tensorflow as tf
 from ..kernels import native
 
 
-def _common(rows, ctx, tgt):
-    cmask = tf.cast(ctx < tf.shape(rows)[0] - 1, tf.float32)  # [n, w]
+def _common(rows, ctx, tgt, code=None):
+    none = tf.shape(rows)[0] - 1
+    cmask = tf.cast(ctx < none, tf.float32)  # [n, w]
     c = tf.gather(rows, ctx)  # [n, w, d], zeros where there is no context word
     o = tf.gather(rows, tgt)  # [n, 1+K, d]
+    if code is not None:  # hierarchical softmax: the path's nodes, then nothing
+        return cmask, c, o, tf.cast(tgt < none, tf.float32), 1.0 - tf.cast(code, tf.float32)
     # word2vec.c skips a noise word that equals the centre: mask it.
     tmask = tf.concat([tf.ones_like(tgt[:, :1], tf.float32),
                        tf.cast(tf.not_equal(tgt[:, 1:], tgt[:, :1]), tf.float32)], axis=1)  # [n, 1+K]
@@ -44,22 +53,23 @@ def _loss(logits, labels, mask):
                                   + (1 - labels) * tf.math.log_sigmoid(-logits)))
 
 
-def _skipgram(rows, ctx, tgt, alpha):
+def _skipgram(rows, ctx, tgt, alpha, code=None):
     """One group, skip-gram: every context row predicts the centre. (d_c [n, w, d], d_o [n, 1+K, d], loss,
     pairs)."""
-    cmask, c, o, tmask, labels = _common(rows, ctx, tgt)
+    cmask, c, o, tmask, labels = _common(rows, ctx, tgt, code)
+    labels = labels[:, None, :]  # [n, 1, 1+K]
     logits = tf.matmul(c, o, transpose_b=True)  # [n, w, 1+K]
     mask = cmask[:, :, None] * tmask[:, None, :]
-    g = (labels[:, None, :] - tf.sigmoid(logits)) * alpha * mask
+    g = (labels - tf.sigmoid(logits)) * alpha * mask
     d_c = tf.matmul(g, o)  # word2vec.c's neu1e, per context word
     d_o = tf.matmul(g, c, transpose_a=True)
-    return d_c, d_o, _loss(logits, labels[:, None, :], mask), tf.reduce_sum(cmask)
+    return d_c, d_o, _loss(logits, labels, mask), tf.reduce_sum(cmask)
 
 
-def _cbow(rows, ctx, tgt, alpha, mean=True):
+def _cbow(rows, ctx, tgt, alpha, code=None, mean=True):
     """One group, CBOW: the mean of the context rows (or with ``mean`` False their sum, gensim's cbow_mean=0)
     predicts the centre. (d_c, d_o, loss, centres)."""
-    cmask, c, o, tmask, labels = _common(rows, ctx, tgt)
+    cmask, c, o, tmask, labels = _common(rows, ctx, tgt, code)
     count = tf.maximum(tf.reduce_sum(cmask, axis=1, keepdims=True), 1.0)
     has = tf.reduce_max(cmask, axis=1, keepdims=True)  # 0 for a padding centre: it learns nothing
     tmask *= has
@@ -75,11 +85,11 @@ def _cbow(rows, ctx, tgt, alpha, mean=True):
 
 
 @functools.lru_cache(maxsize=None)
-def step_function(sg, groups, fused=None, threads=1, cbow_mean=True):
+def step_function(sg, groups, fused=None, threads=1, cbow_mean=True, hs=False):
     """The step's maths for ``groups`` context-width groups, on ``threads`` threads (the compiled step's; the
     graph runs on TensorFlow's intra-op pool, which comm.init sizes to the same budget).
 
-    Returns ``f(rows, ctxs, tgts, alpha) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
+    Returns ``f(rows, ctxs, tgts, alpha, codes=None) -> (updates, loss, count)``, with ``f.empty_rows`` the allocator of
     a ``rows`` either path reads without a copy and ``f.groups`` the number of groups it wants its examples
     in (loop.StepPlan.of): ``groups`` for the graph, 1 for the compiled step, which takes any number and
     skips empty context slots itself. ``rows`` float32[U + 1, d] (every row the step touches, then the zero
@@ -89,6 +99,8 @@ def step_function(sg, groups, fused=None, threads=1, cbow_mean=True):
     array on TensorFlow's memory), ``loss`` the summed loss and ``count`` the pairs (skip-gram) or centres
     (CBOW) trained, scalars (``float()`` takes either path's). ``cbow_mean``: CBOW of the context's mean
     (word2vec.c's), or of its sum, each context row then getting 1/m of the update (gensim's cbow_mean=0).
+    ``hs``: hierarchical softmax, ``tgts`` the centres' paths of inner-node rows (``U`` past each path's end)
+    and ``codes`` int8 blocks of their shapes, the paths' Huffman codes.
 
     Two implementations of the same sums: the compiled step of sgns_kernel.cc (``fused`` True; the default
     when it builds here, see :func:`fused`) and the TensorFlow graph below (``fused`` False; the reference
@@ -100,22 +112,23 @@ def step_function(sg, groups, fused=None, threads=1, cbow_mean=True):
     if fused and lib is None:
         raise RuntimeError(f"the compiled step is not available: {fused_error()}")
     if lib is not None:
-        def run(rows, ctxs, tgts, alpha):
-            return native.sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads, cbow_mean)
+        def run(rows, ctxs, tgts, alpha, codes=None):
+            return native.sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads, cbow_mean, codes)
 
         run.fused, run.empty_rows, run.groups = True, empty_rows, 1
         return run
 
     body = _skipgram if sg else functools.partial(_cbow, mean=cbow_mean)
     ints = [tf.TensorSpec([None, None], tf.int32)] * groups
+    bits = [tf.TensorSpec([None, None], tf.int8)] * (groups if hs else 0)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), ints, ints,
-                                  tf.TensorSpec([], tf.float32)])
-    def step(rows, ctxs, tgts, alpha):
+                                  tf.TensorSpec([], tf.float32), bits])
+    def step(rows, ctxs, tgts, alpha, codes):
         shape = tf.shape(rows)
         pieces, segments, loss, count = [], [], 0.0, 0.0
-        for ctx, tgt in zip(ctxs, tgts):
-            d_c, d_o, group_loss, group_count = body(rows, ctx, tgt, alpha)
+        for g, (ctx, tgt) in enumerate(zip(ctxs, tgts)):
+            d_c, d_o, group_loss, group_count = body(rows, ctx, tgt, alpha, codes[g] if hs else None)
             pieces += [tf.reshape(d_c, [-1, shape[1]]), tf.reshape(d_o, [-1, shape[1]])]
             segments += [tf.reshape(ctx, [-1]), tf.reshape(tgt, [-1])]
             loss, count = loss + group_loss, count + group_count
@@ -124,9 +137,10 @@ def step_function(sg, groups, fused=None, threads=1, cbow_mean=True):
 
     concrete = step.get_concrete_function()
 
-    def run(rows, ctxs, tgts, alpha):
+    def run(rows, ctxs, tgts, alpha, codes=None):
         updates, loss, count = concrete(_shared(rows), [tf.constant(c) for c in ctxs],
-                                        [tf.constant(t) for t in tgts], tf.constant(alpha, tf.float32))
+                                        [tf.constant(t) for t in tgts], tf.constant(alpha, tf.float32),
+                                        [tf.constant(c) for c in codes] if hs else [])
         return _viewed(updates), loss, count
 
     run.fused, run.empty_rows, run.groups = False, empty_rows, groups
