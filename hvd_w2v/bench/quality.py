@@ -3,6 +3,7 @@
     python -m hvd_w2v.bench.quality                                   # real corpus, 5 epochs, SG and CBOW
     python -m hvd_w2v.bench.quality --lines 150000 --epochs 3 --ranks 2 --arch sg --seeds 1 2 3
     python -m hvd_w2v.bench.quality --ranks 1 --variant "" --variant "--shards=64"   # a row per variant
+    python -m hvd_w2v.bench.quality --hs --ranks 1 --seeds 1 2 3     # hierarchical softmax, every trainer
 
 Run from the checkout (it launches hvd-w2v through mpi/launch). gensim trains in this process with
 ``--gensim-workers`` threads; hvd-w2v trains at each of ``--ranks``. Every model is saved as word2vec binary
@@ -35,6 +36,9 @@ the exact step and the shards differ by their merge alone.
 Each hvd-w2v row shows its final loss per pair (run.json's), and "diverged" where the divergence guard
 stopped the run (exit code 77: no vectors, no scores).
 
+With ``--hs`` every trainer trains hierarchical softmax instead of negative sampling (gensim's hs=1,
+negative=0; hvd-w2v's --hs 1 --negative 0).
+
 With several ``--seeds`` every trainer runs once per seed (gensim's ``seed``, hvd-w2v's ``--seed``) and the
 table shows each score's mean with its range over the seeds, so a gap can be told from seed noise.
 """
@@ -53,10 +57,10 @@ from ..common.wording import counted
 from ..training.divergence import EXIT_DIVERGED
 from . import ROOT, checkout_env
 from .gensim_scores import scores
-from .throughput import prepare_corpus
+from .throughput import HS_OPTIONS, prepare_corpus
 
 
-def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):
+def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences", hs=False):
     """gensim Word2Vec with word2vec's defaults, reading ``corpus`` as ``source``: "sentences" (an iterable
     of lines) or "corpus_file" (see the module's docstring for their learning rates). Returns seconds."""
     from gensim.models import Word2Vec
@@ -65,7 +69,8 @@ def train_gensim(corpus, arch, epochs, workers, seed, path, source="sentences"):
     given = dict(corpus_file=corpus) if source == "corpus_file" else dict(sentences=LineSentence(corpus))
     t = time.monotonic()
     model = Word2Vec(**given, sg=int(arch == "sg"), epochs=epochs, workers=workers, vector_size=100,
-                     window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001, seed=seed)
+                     window=5, negative=0 if hs else 5, hs=int(hs), min_count=5, sample=1e-3, alpha=0.025,
+                     min_alpha=0.0001, seed=seed)
     seconds = time.monotonic() - t
     model.wv.save_word2vec_format(path, binary=True)
     return seconds
@@ -170,8 +175,11 @@ def main(argv=None):
                    help="read the lines as V shards take them, a line of each in turn (default: %(default)s: in order)")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="read the lines in a random order, numpy's permutation of SEED (default: in order)")
+    p.add_argument("--hs", action="store_true", help="hierarchical softmax instead of negative sampling, every trainer")
     p.add_argument("--out", default=os.path.join("runs", "quality"))
     args = p.parse_args(argv)
+    if args.hs:
+        args.hvd_option = HS_OPTIONS + args.hvd_option
     corpus = corpus_head(args.corpus, args.lines, args.out)
     if args.interleave > 1 and args.shuffle is not None:
         raise SystemExit("--interleave and --shuffle: one order at a time")
@@ -186,7 +194,7 @@ def main(argv=None):
         for seed in args.seeds:
             for source in sources:
                 path = os.path.join(args.out, f"gensim-{arch}-{source}-seed{seed}.bin")
-                seconds = train_gensim(corpus, arch, args.epochs, args.gensim_workers, seed, path, source)
+                seconds = train_gensim(corpus, arch, args.epochs, args.gensim_workers, seed, path, source, args.hs)
                 name = f"gensim, {args.gensim_workers} workers" + (", corpus_file" if source == "corpus_file" else "")
                 rows.setdefault((arch, name), []).append((seconds, math.nan, *scores(path, args.eval_dir)))
             for ranks in args.ranks:
@@ -201,7 +209,8 @@ def main(argv=None):
                     rows.setdefault((arch, name), []).append((seconds, loss, *got))
     seeds = f"seed {args.seeds[0]}" if len(args.seeds) == 1 else \
         f"seeds {' '.join(map(str, args.seeds))}: mean (range)"
-    print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, d100 w5 k5 min_count 5 sample 1e-3; {seeds}"
+    print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epochs, d100 w5 {'hs' if args.hs else 'k5'} min_count 5 "
+          f"sample 1e-3; {seeds}"
           + (f"; hvd-w2v {' '.join(args.hvd_option)}" if args.hvd_option else ""))
     width = 7 if len(args.seeds) == 1 else 20
     label = max([34, *(len(trainer) for _, trainer in rows)])

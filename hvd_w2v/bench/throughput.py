@@ -4,6 +4,7 @@ threads, in one run.
     python -m hvd_w2v.bench.throughput                      # first 150,000 lines of the real corpus, 3 repeats
     python -m hvd_w2v.bench.throughput --lines 0 --repeats 1  # the whole corpus, once
     python -m hvd_w2v.bench.throughput --variant "" --variant=--shards=2  # hvd-w2v's rows per variant
+    python -m hvd_w2v.bench.throughput --hs --trainers gensim-1,gensim-2,hvd-1,threads-2  # hierarchical softmax
 
 Run from the checkout (hvd-w2v is launched through mpi/launch). Every trainer runs in its own process, one
 after the other, ``--repeats`` times in turn; the table shows medians. Words per second count raw corpus
@@ -22,6 +23,9 @@ in turn within each repeat, so that the variants share the machine's moods; each
 its own variant's 1 rank. "exchange" is its share of step time (the hot rows' allreduces among it), "Horovod"
 the hot rows' allreduces' share and "B/word" the bytes a rank's hot blocks held a word ("done: Horovod:" of
 the run; nothing on one rank, where nothing travels).
+
+With ``--hs`` every trainer trains hierarchical softmax instead of negative sampling: gensim's hs=1,
+negative=0 and hvd-w2v's --hs 1 --negative 0.
 """
 import argparse
 import json
@@ -45,11 +49,15 @@ TRAINERS = {"gensim-1": ("gensim", 1), "gensim-2": ("gensim", 2), "hvd-1": ("hvd
 SETTINGS = dict(vector_size=100, window=5, negative=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=0.0001)
 
 
-def gensim_child(corpus, workers, epochs, sg):
+HS_OPTIONS = ["--hs", "1", "--negative", "0"]  # hvd-w2v's options of gensim's hs=1, negative=0
+
+
+def gensim_child(corpus, workers, epochs, sg, hs=False):
     """Train gensim in this process and print one JSON line: words/s over train() and peak RSS (MiB)."""
     from gensim.models import Word2Vec
 
-    model = Word2Vec(sg=sg, workers=workers, epochs=epochs, **SETTINGS)
+    settings = {**SETTINGS, **(dict(hs=1, negative=0) if hs else {})}
+    model = Word2Vec(sg=sg, workers=workers, epochs=epochs, **settings)
     model.build_vocab(corpus_file=corpus)
     t = time.monotonic()
     model.train(corpus_file=corpus, total_words=model.corpus_total_words, epochs=epochs,
@@ -64,9 +72,10 @@ def one_core(n):
     return ["taskset", "-c", "0"] if n == 1 else []
 
 
-def run_gensim(corpus, workers, epochs, sg):
+def run_gensim(corpus, workers, epochs, sg, hs=False):
     out = subprocess.run([*one_core(workers), sys.executable, "-m", "hvd_w2v.bench.throughput", "--gensim-child",
-                          corpus, str(workers), str(epochs), str(int(sg))], capture_output=True, text=True, cwd=ROOT)
+                          corpus, str(workers), str(epochs), str(int(sg)), str(int(hs))], capture_output=True,
+                         text=True, cwd=ROOT)
     if out.returncode:
         raise SystemExit(f"gensim failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -190,8 +199,8 @@ def plot(out, runs, med, peak, about):
 
 def main(argv=None):
     if argv is None and sys.argv[1:2] == ["--gensim-child"]:
-        corpus, workers, epochs, sg = sys.argv[2:6]
-        return gensim_child(corpus, int(workers), int(epochs), bool(int(sg)))
+        corpus, workers, epochs, sg, hs = sys.argv[2:7]
+        return gensim_child(corpus, int(workers), int(epochs), bool(int(sg)), bool(int(hs)))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
     p.add_argument("--lines", type=int, default=150000,
@@ -199,6 +208,7 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
+    p.add_argument("--hs", action="store_true", help="hierarchical softmax instead of negative sampling, every trainer")
     p.add_argument("--out", default=os.path.join("runs", "throughput"))
     p.add_argument("--hvd-option", action="append", default=[], metavar="OPT",
                    help="extra option for hvd-w2v train, e.g. --hvd-option=--batch-words=4096 (repeatable)")
@@ -230,8 +240,8 @@ def main(argv=None):
     for r in range(args.repeats):
         for t in rows:
             name, n = t[:2]
-            extra = [*args.hvd_option, *(t[2].split() if len(t) > 2 else [])]
-            got = (run_gensim(corpus, n, args.epochs, sg) if name == "gensim"
+            extra = [*(HS_OPTIONS if args.hs else []), *args.hvd_option, *(t[2].split() if len(t) > 2 else [])]
+            got = (run_gensim(corpus, n, args.epochs, sg, args.hs) if name == "gensim"
                    else run_halves(halves, args.epochs, sg, args.out, extra) if name == CEILING
                    else run_hvd(corpus, 1, args.epochs, sg, args.out, extra, threads=n) if name == THREADS
                    else run_hvd(corpus, n, args.epochs, sg, args.out, extra))
@@ -242,7 +252,8 @@ def main(argv=None):
     med = lambda t, k: statistics.median(x[k] for x in runs[t])  # noqa: E731
     peak = lambda t: max(max(x["peak_mib"]) for x in runs[t])  # noqa: E731
     print(f"corpus {os.path.relpath(corpus)}, {args.epochs} epoch(s), {'skip-gram' if sg else 'CBOW'}, "
-          f"d100 w5 k5 min_count 5 sample 1e-3; median of {args.repeats} runs; {os.cpu_count()} cores")
+          f"d100 w5 {'hs' if args.hs else 'k5'} min_count 5 sample 1e-3; median of {args.repeats} runs; "
+          f"{os.cpu_count()} cores")
     width = 28 + max(len(v) + 1 for v in variants)
     print(f"{'trainer':{width}} {'words/s':>10} {'vs gensim':>10} {'vs 1 rank':>10} {'exchange':>9} "
           f"{'bytes/word':>11} {'Horovod':>8} {'B/word':>7} {'peak MiB':>9}")

@@ -184,8 +184,9 @@ class Config:
         on another layout goes on with the same shards (its resume is exact on the same shards).
 
         The choice: on one host, and for hierarchical softmax (``hs``) everywhere, the exact step (``shards``
-        0), whose vectors do not depend on the layout and which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
-        every 2,048 positions would leave a cluster idle. With shards, ``merge_clip`` is MERGE_CLIP, and a
+        0), whose vectors do not depend on the layout and which is as fast there; on several, a shard a
+        thread (``shards = threads``): the exact step's exchange every 2,048 positions would leave a cluster
+        idle. With shards, ``merge_clip`` is MERGE_CLIP, and a
         ``superstep`` left to the layout stays None until :meth:`sized` knows the corpus's size.
         """
         previous = previous or {}

@@ -172,7 +172,8 @@ def sgns_step(lib, sg, rows, ctxs, tgts, alpha, threads=1, cbow_mean=True, codes
     updates = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
     if lib.hvd_w2v_sgns_step(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], len(ctxs),
-                             _pointers(ctxs), _pointers(tgts), None if codes is None else _pointers(codes), _int64s([len(c) for c in ctxs]), _int64s([c.shape[1] for c in ctxs]),
+                             _pointers(ctxs), _pointers(tgts), None if codes is None else _pointers(codes),
+                             _int64s([len(c) for c in ctxs]), _int64s([c.shape[1] for c in ctxs]),
                              _int64s([t.shape[1] for t in tgts]), alpha, threads, updates.ctypes.data, sums):
         raise IndexError(f"the step's context or target rows must lie in [0, {len(rows)})")
     return updates, sums[0], sums[1]

@@ -23,6 +23,7 @@ from ..common.wording import counted
 from ..kernels.native import PRIVATE_WORDS
 from ..text.corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from ..text.encode import Provisional
+from ..text import huffman
 from ..text.vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes, pending_bytes  # no TensorFlow
 
 MIB = 1 << 20
@@ -289,7 +290,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     corpus's kept tokens when known (0: not), the most centres a step or a shard can have on a small corpus.
 
     A rank builds the examples of at most ``ceil(batch_words / P)`` centres (every position kept); each has
-    ``2 * window`` context slots and ``1 + negative`` output slots. The step's unique rows U are at most the
+    ``2 * window`` context slots and ``1 + negative`` output slots (hierarchical softmax: its path's, at most
+    huffman.depth_bound of the tokens). The step's unique rows U are at most the
     slots and at most 2V (a W_in and a W_out row per word). Each thread of the compiled step but the first keeps
     a float32 buffer of its own from step to step (sgns_kernel.cc), for the rows several threads add into:
     counted as [U, dim], though those rows are a part of U.
@@ -304,7 +306,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
     centres = step_centres(cfg, ranks, positions)
-    per_centre = 2 * cfg.window + 1 + cfg.negative
+    per_centre = 2 * cfg.window + targets(cfg, positions)
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
     if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
@@ -328,6 +330,22 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
         per_slot, tables = STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT, STEP_UNIQUE_COPIES * unique
         copies, places = STEP_SLOT_COPIES * slots + (threads - 1) * unique, 0
     return STEP_FIXED_BYTES + int(per_slot * slots) + places + 4 * cfg.dim * (tables + copies)
+
+
+def hs_bytes(vocab_size, tokens=0):
+    """Hierarchical softmax's tables on every rank: the Huffman paths of the most frequent words (huffman.HEAD),
+    int32 points and int8 codes at most huffman.depth_bound long; the tree's segments are a few per run."""
+    return min(vocab_size, huffman.HEAD) * hs_depth(tokens) * 5
+
+
+def hs_depth(tokens=0):
+    """The longest Huffman code a corpus of ``tokens`` kept tokens can have (0: unknown, 2^40)."""
+    return huffman.depth_bound(tokens or 1 << 40)
+
+
+def targets(cfg, tokens=0):
+    """A centre's output slots: ``1 + negative``, or with hierarchical softmax its path's at most (hs_depth)."""
+    return hs_depth(tokens) if cfg.hs else 1 + cfg.negative
 
 
 def baseline(tensorflow):
@@ -371,7 +389,7 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         text_baseline=baseline(loaded),
         model=rows * (cfg.dim + 1) * 4 * 2,
         tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
-                + KEEP_HEAD_BYTES),
+                + KEEP_HEAD_BYTES + (hs_bytes(vocab_size, positions if tokens is None else tokens) if cfg.hs else 0)),
         words=rows * passes.word,
         step=step_bytes(cfg, vocab_size, ranks, threads, positions),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
@@ -395,7 +413,7 @@ def exchange_bytes(cfg, ranks):
     """
     if ranks == 1:
         return 0
-    slots = step_centres(cfg, ranks) * (2 * cfg.window + 1 + cfg.negative)
+    slots = step_centres(cfg, ranks) * (2 * cfg.window + targets(cfg))
     return slots * (8 + 4 * cfg.dim + 4 * cfg.dim + 4)
 
 

@@ -57,7 +57,8 @@ POLL_STEPS = 5
 # super-step (a substep: hotsync), where it is a part of the rule. A manifest without a field (one written
 # before the field existed) had its default.
 EXACT = ("dim", "seed", "window", "negative", "hs", "ns_exponent", "sample", "batch_words", "epochs", "alpha",
-         "min_alpha", "sg", "cbow_mean", "update_cap", "span", "shards", "superstep", "substep", "merge_cap", "merge_clip", "wire")
+         "min_alpha", "sg", "cbow_mean", "update_cap", "span", "shards", "superstep", "substep", "merge_cap",
+         "merge_clip", "wire")
 SHARDS_ONLY = ("superstep", "substep", "merge_cap", "merge_clip", "wire")  # the fields only shard-local SGD reads
 CHUNK = 1 << 24  # bytes written or hashed per call: bounds the extra memory of a checkpoint
 NAME = re.compile(r"^step-(\d{9})$")

@@ -23,6 +23,17 @@ HS_MIN_WORDS = 2
 HEAD = 1 << 16
 
 
+def depth_bound(total):
+    """The longest code any tree of positive counts summing to ``total`` can have (the memory plan's, before
+    the tree is built): two siblings at the bottom weigh at least 1 each and every inner node above weighs at
+    least its child and its sibling, so a leaf at depth d needs a total of at least the Fibonacci number
+    F(d + 2)."""
+    depth, a, b = 0, 1, 2  # F(depth + 1), F(depth + 2)
+    while b <= max(total, 2):
+        depth, a, b = depth + 1, b, a + b
+    return max(depth, 1)
+
+
 class Tree:
     """The Huffman tree of ``size`` words whose counts are runs, word2vec.c's exactly (ties go to inner nodes).
 
