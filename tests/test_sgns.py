@@ -43,7 +43,8 @@ def sigmoid(x):
 def reference(table, ctx, tgt, alpha, sg, cbow_mean=True, codes=None):
     """word2vec.c's updates, one pair at a time, every one read from the same snapshot and summed; CBOW of the
     context's mean, or of its sum, each context word then getting 1/m of the update (gensim's cbow_mean=0).
-    With ``codes``, hierarchical softmax: ``tgt`` the path's rows (none past its end), labels 1 - code."""
+    With ``codes``, hierarchical softmax: ``tgt`` the path's rows (none past its end), labels 1 - code, no
+    update of a node whose |logit| is 6 or more."""
     none = len(table) - 1
     up = np.zeros_like(table, dtype=np.float64)
     for i in range(len(ctx)):
@@ -58,6 +59,8 @@ def reference(table, ctx, tgt, alpha, sg, cbow_mean=True, codes=None):
         for l1, receivers in inputs:
             neu1e = np.zeros(table.shape[1])
             for t, label in targets:
+                if codes is not None and abs(l1 @ table[t]) >= 6:
+                    continue
                 g = (label - sigmoid(l1 @ table[t])) * alpha
                 neu1e += g * table[t]
                 up[t] += g * l1
@@ -93,6 +96,13 @@ def test_hierarchical_softmax_updates_equal_word2vec_loops(sg, fused):
     np.testing.assert_allclose(updates, reference(table, ctx, tgt, 0.025, sg, codes=codes), atol=1e-6)
     assert float(loss) > 0
     assert float(pairs) == ((ctx < none).sum() if sg else len(ctx))
+    # Rows grown large: saturated nodes (|logit| >= 6, some of every centre's) are left alone, as word2vec.c does
+    big = table * 6
+    big[-1] = 0
+    logits = np.einsum("nwd,nkd->nwk", big[ctx], big[tgt])
+    assert 0.1 < (np.abs(logits) >= 6).mean() < 0.9
+    updates, _, _ = one_group(sg, fused, hs=True)(big, ctx, tgt, np.float32(0.025), codes)
+    np.testing.assert_allclose(updates, reference(big, ctx, tgt, 0.025, sg, codes=codes), atol=1e-5)
 
 
 @pytest.mark.parametrize("sg", [True, False], ids=["skipgram", "cbow"])

@@ -3,6 +3,7 @@
     python -m hvd_w2v.bench.phases                          # first 76,000 lines of the real corpus
     python -m hvd_w2v.bench.phases --threads 1,2,3 --steps 500
     python -m hvd_w2v.bench.phases --shards 2 --superstep 4096 --steps 60   # shard-local SGD's super-steps
+    python -m hvd_w2v.bench.phases --hs --threads 1                          # hierarchical softmax's steps
 
 One process, one rank's steps as training runs them on one rank (no MPI): for each architecture and thread
 count, ``--steps`` consecutive steps of ``--batch-words`` positions, each phase timed on its own with
@@ -56,21 +57,22 @@ class _Rank:
     """One rank's training as the benchmark runs it (no MPI): its model drawn at random, and each phase of a
     step as a method, its compiled calls on ``threads`` threads."""
 
-    def __init__(self, corpus, sg, threads, batch_words, shards=0, superstep=4096):
+    def __init__(self, corpus, sg, threads, batch_words, shards=0, superstep=4096, hs=False):
         from ..common.config import Config
         from ..parallel.shard import RowPlan
         from ..training import localsgd, sgns
         from ..training.loop import CappedAdd
 
         self.corpus, self.sg, self.threads = corpus, sg, threads
-        self.cfg = Config(sg=sg, batch_words=batch_words, shards=shards, superstep=superstep)
+        self.cfg = Config(sg=sg, batch_words=batch_words, shards=shards, superstep=superstep, hs=hs,
+                          negative=0 if hs else Config.negative)
         self.plan = RowPlan(corpus.vocab.size, 1)
         if shards:  # shard-local SGD's rule: its maths, and the sum of the deltas
             self.rule = localsgd.LocalSGD(self.cfg, corpus.vocab, corpus.stream, self.plan, NO_HOT_ROWS, 0,
                                            threads)
             self.apply = self.rule.apply
         else:
-            self.step_fn = sgns.step_function(sg, self.cfg.window, threads=threads)
+            self.step_fn = sgns.step_function(sg, self.cfg.window, threads=threads, hs=hs)
             self.apply = CappedAdd(float(self.cfg.update_cap), threads)
         rng = np.random.default_rng(0)
         self.table = (rng.uniform(-0.5, 0.5, (2 * corpus.vocab.size, self.cfg.dim)) / self.cfg.dim).astype(np.float32)
@@ -108,7 +110,7 @@ class _Rank:
         if self.cfg.shards:
             updates, loss, _ = self.rule.maths(rows, step, np.float32(self.cfg.alpha))
         else:
-            updates, loss, _ = self.step_fn(rows, step.ctx, step.tgt, np.float32(self.cfg.alpha))
+            updates, loss, _ = self.step_fn(rows, step.ctx, step.tgt, np.float32(self.cfg.alpha), step.codes)
         float(loss)
         return updates
 
@@ -116,10 +118,10 @@ class _Rank:
         self.apply.sources(self.table, step.keys, [updates[:len(step.keys)]], step.sgd, self.scratch)
 
 
-def measure(corpus, sg, threads, steps, batch_words, shards=0, superstep=4096):
+def measure(corpus, sg, threads, steps, batch_words, shards=0, superstep=4096, hs=False):
     """{phase: median seconds} over ``steps`` steps (super-steps with ``shards``) of one rank on ``threads``
-    threads."""
-    rank = _Rank(corpus, sg, threads, batch_words, shards, superstep)
+    threads (``hs``: hierarchical softmax's)."""
+    rank = _Rank(corpus, sg, threads, batch_words, shards, superstep, hs)
     seconds = {phase: [] for phase in PHASES}
     for done in range(min(steps, rank.steps)):
         t0 = time.perf_counter()
@@ -204,14 +206,15 @@ def main(argv=None):
     p.add_argument("--shards", type=int, default=0,
                    help="shard-local SGD's super-steps of V shards, all on the one rank (default 0: the exact step)")
     p.add_argument("--superstep", type=int, default=4096, help="with --shards: positions a shard a super-step")
+    p.add_argument("--hs", action="store_true", help="hierarchical softmax's steps (the exact step's)")
     p.add_argument("--waits", action="store_true",
                    help="also the maths' threads inside the call: each part's us, and the waits (maths_waits)")
     p.add_argument("--builder-thread", action="store_true",
                    help="also whole steps, as training runs them and with the builder on a thread of its own "
                         "(whole_step)")
     args = p.parse_args(argv)
-    if args.shards and args.waits:
-        p.error("--waits times the exact step's maths: not with --shards")
+    if args.shards and (args.waits or args.hs):
+        p.error("--waits and --hs time the exact step's maths: not with --shards")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -229,7 +232,7 @@ def main(argv=None):
     print(f"corpus {path}: {len(corpus.stream):,} positions, {corpus.vocab.size:,} words; {unit} on one rank; "
           f"median of {max(args.steps - WARM_UP, 1)} per phase, in us")
     for sg in (True, False):
-        results = {t: measure(corpus, sg, t, args.steps, args.batch_words, args.shards, args.superstep)
+        results = {t: measure(corpus, sg, t, args.steps, args.batch_words, args.shards, args.superstep, args.hs)
                    for t in counts}
         base = results[counts[0]]
         head = "".join(f"{counted(t, 'thread'):>12}{'ratio':>7}" for t in counts)

@@ -15,8 +15,9 @@
 // -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). Every update is
 // computed from the snapshot ``rows``; a noise word equal to the centre is skipped, as in word2vec.c.
 // Hierarchical softmax: with ``codes`` (int8 blocks [n_g, k1] beside tgt), tgt holds the centre's path of
-// inner-node rows (T - 1 past its end) and target k's label is 1 - codes[k], word2vec.c's; without, target 0
-// (the centre) is labelled 1 and the noise words 0.
+// inner-node rows (T - 1 past its end) and target k's label is 1 - codes[k], and, as word2vec.c's and gensim's
+// hierarchical softmax, a node whose |x . y| is HS_SATURATED or more is not updated (its sigmoid is within
+// 0.0025 of 0 or 1); without, target 0 (the centre) is labelled 1 and the noise words 0.
 //
 // Threads (the rank's budget): the centres are cut into one run of consecutive centres per thread, of about
 // equal work (row operations, counted from each centre's context words), run at once (OpenMP). A row that
@@ -103,8 +104,11 @@ inline bool skipped(const int32_t* ts, int k, int none) { return ts[k] == none |
 // (they read the step's snapshot, never the updates), so they overlap instead of each waiting for the one
 // before it through its sigmoid and updates; each value, and the order the loss and the updates are summed
 // in, is the same as one target at a time.
-// ``code``: the targets' Huffman codes (hierarchical softmax: label 1 - code), or null (negative sampling:
-// label 1 for target 0, the centre, 0 for its noise words).
+constexpr float HS_SATURATED = 6.f;  // word2vec.c's MAX_EXP
+
+// ``code``: the targets' Huffman codes (hierarchical softmax: label 1 - code; a saturated node's gradient 0,
+// and the caller skips it), or null (negative sampling: label 1 for target 0, the centre, 0 for its noise
+// words).
 inline void gradients(const float* l1, const float* rows, const int32_t* ts, const int8_t* code, int k1, int none,
                       int d, float alpha, float* grad, double* loss) {
   for (int k = 0; k < k1; ++k)
@@ -112,9 +116,10 @@ inline void gradients(const float* l1, const float* rows, const int32_t* ts, con
   for (int k = 0; k < k1; ++k) {
     if (skipped(ts, k, none)) continue;
     const bool label = code ? code[k] == 0 : k == 0;
+    const bool saturated = code && std::fabs(grad[k]) >= HS_SATURATED;
     float sig;
     sigmoid_and_loss(grad[k], label, &sig, loss);
-    grad[k] = ((label ? 1.f : 0.f) - sig) * alpha;
+    grad[k] = saturated ? 0.f : ((label ? 1.f : 0.f) - sig) * alpha;
   }
 }
 
@@ -171,7 +176,7 @@ void centres(int64_t arch, const float* rows, int d, int none, float alpha, cons
         gradients(l1, rows, ts, code, k1, none, d, alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int k = 0; k < k1; ++k) {
-          if (skipped(ts, k, none)) continue;
+          if (skipped(ts, k, none) || (code && grad[k] == 0.f)) continue;
           const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
           axpy(grad[k], l2, work.data(), d);                          // word2vec.c's neu1e
           axpy(grad[k], l1, up.row(ts[k]), d);
@@ -193,7 +198,7 @@ void centres(int64_t arch, const float* rows, int d, int none, float alpha, cons
       gradients(hidden.data(), rows, ts, code, k1, none, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int k = 0; k < k1; ++k) {
-        if (skipped(ts, k, none)) continue;
+        if (skipped(ts, k, none) || (code && grad[k] == 0.f)) continue;
         const float* l2 = rows + static_cast<int64_t>(ts[k]) * d;
         axpy(grad[k], l2, work.data(), d);
         axpy(grad[k], hidden.data(), up.row(ts[k]), d);

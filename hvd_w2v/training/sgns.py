@@ -17,8 +17,8 @@ is cheaper than masking.
 
 Hierarchical softmax (``hs``) has the same shape: a centre's targets are the inner nodes on its path in the
 Huffman tree (their rows stand where W_out's do), the zero row past the path's end, and each target's label is
-``1 - code``, its Huffman code's bit (word2vec.c's); negative sampling's labels are 1 for the centre, 0 for
-its noise words.
+``1 - code``, its Huffman code's bit, and a node whose |logit| is HS_SATURATED or more is not updated
+(word2vec.c's and gensim's rule); negative sampling's labels are 1 for the centre, 0 for its noise words.
 
 Centres come in *groups* by context width: group ``g`` holds centres with at most ``2 * (g + 1)`` context
 words, its ``ctx`` block [n_g, 2 * (g + 1)] left-packed. word2vec's reduced windows give widths 2, 4, ..., 2
@@ -38,13 +38,22 @@ def _common(rows, ctx, tgt, code=None):
     cmask = tf.cast(ctx < none, tf.float32)  # [n, w]
     c = tf.gather(rows, ctx)  # [n, w, d], zeros where there is no context word
     o = tf.gather(rows, tgt)  # [n, 1+K, d]
-    if code is not None:  # hierarchical softmax: the path's nodes, then nothing
+    if code is not None:  # hierarchical softmax: the path's nodes, then nothing (saturated nodes: _saturated)
         return cmask, c, o, tf.cast(tgt < none, tf.float32), 1.0 - tf.cast(code, tf.float32)
     # word2vec.c skips a noise word that equals the centre: mask it.
     tmask = tf.concat([tf.ones_like(tgt[:, :1], tf.float32),
                        tf.cast(tf.not_equal(tgt[:, 1:], tgt[:, :1]), tf.float32)], axis=1)  # [n, 1+K]
     labels = tf.concat([tf.ones_like(tgt[:, :1], tf.float32), tf.zeros_like(tgt[:, 1:], tf.float32)], axis=1)
     return cmask, c, o, tmask, labels
+
+
+HS_SATURATED = 6.0  # word2vec.c's MAX_EXP: hierarchical softmax leaves a node alone past it (sgns_kernel.cc's)
+
+
+def _unsaturated(logits, code):
+    """1, or with hierarchical softmax (``code`` given) 0 where |logit| >= HS_SATURATED: word2vec.c's and
+    gensim's HS update no node whose sigmoid is that close to 0 or 1."""
+    return 1.0 if code is None else tf.cast(tf.abs(logits) < HS_SATURATED, tf.float32)
 
 
 def _loss(logits, labels, mask):
@@ -60,7 +69,7 @@ def _skipgram(rows, ctx, tgt, alpha, code=None):
     labels = labels[:, None, :]  # [n, 1, 1+K]
     logits = tf.matmul(c, o, transpose_b=True)  # [n, w, 1+K]
     mask = cmask[:, :, None] * tmask[:, None, :]
-    g = (labels - tf.sigmoid(logits)) * alpha * mask
+    g = (labels - tf.sigmoid(logits)) * alpha * mask * _unsaturated(logits, code)
     d_c = tf.matmul(g, o)  # word2vec.c's neu1e, per context word
     d_o = tf.matmul(g, c, transpose_a=True)
     return d_c, d_o, _loss(logits, labels, mask), tf.reduce_sum(cmask)
@@ -75,7 +84,7 @@ def _cbow(rows, ctx, tgt, alpha, code=None, mean=True):
     tmask *= has
     h = tf.reduce_sum(c, axis=1) / count if mean else tf.reduce_sum(c, axis=1)  # [n, d]
     logits = tf.einsum("nd,nkd->nk", h, o)
-    g = (labels - tf.sigmoid(logits)) * alpha * tmask
+    g = (labels - tf.sigmoid(logits)) * alpha * tmask * _unsaturated(logits, code)
     d_h = tf.einsum("nk,nkd->nd", g, o)
     # As word2vec.c, the mean's: each context word receives the whole hidden-layer update; as gensim's sum, each
     # receives 1/count of it.
