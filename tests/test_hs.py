@@ -26,37 +26,43 @@ def train(corpus, out, nranks, *options, env=None, threads=1):
     return KeyedVectors.load_word2vec_format(f"{out}/vectors.bin", binary=True)
 
 
-@pytest.mark.parametrize("arch, layouts", [
-    ("--sg", [(3, 1, ["--hot-rows", "50"], None)]),
-    ("--cbow", [(2, 2, [], None), (2, 1, [], {"HVD_W2V_KERNEL": "python"})]),
-], ids=["skipgram", "cbow"])
-def test_the_same_vectors_on_every_layout(corpus, tmp_path, arch, layouts):
-    """1 rank against 3 (the top inner nodes hot, summed by Horovod), 2 x 2 threads and TensorFlow's graph with
-    numpy's copies: the order of float32 sums apart, the same vectors. The skip-gram run finds most of the
-    planted synonyms among each word's 10 nearest (gensim's hs=1 finds them all; untrained, about none)."""
-    ref = train(corpus, str(tmp_path / "one"), 1, arch)
+SHARDS = ["--shards", "4", "--superstep", "256"]
+
+
+@pytest.mark.parametrize("arch, mode, layouts", [
+    ("--sg", [], [(3, 1, ["--hot-rows", "50"], None)]),
+    ("--cbow", [], [(2, 1, [], {"HVD_W2V_KERNEL": "python"})]),
+    ("--sg", SHARDS, [(2, 1, [], None)]),
+    ("--cbow", [*SHARDS, "--hot-rows", "50", "--substep", "64"], [(2, 1, [], None)]),
+], ids=["skipgram", "cbow", "skipgram-shards", "cbow-shards-hot-rows-inside"])
+def test_the_same_vectors_on_every_layout(corpus, tmp_path, arch, mode, layouts):
+    """The exact step: 1 rank against 3 (the top inner nodes hot, summed by Horovod) and TensorFlow's graph
+    with numpy's copies; shard-local SGD (its hot rows merged inside the super-step too): 1 rank against 2
+    hosting the same shards. The order of float32 sums apart, the same vectors. The exact step's skip-gram
+    finds most of the planted synonyms among each word's 10 nearest (gensim's hs=1 finds them all; untrained,
+    about none)."""
+    ref = train(corpus, str(tmp_path / "one"), 1, arch, *mode)
     assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
     for nranks, threads, options, env in layouts:
-        got = train(corpus, str(tmp_path / f"{nranks}x{threads}"), nranks, arch, *options, env=env, threads=threads)
+        got = train(corpus, str(tmp_path / f"{nranks}x{threads}"), nranks, arch, *mode, *options, env=env,
+                    threads=threads)
         assert got.index_to_key == ref.index_to_key
         diff = np.abs(got.vectors - ref.vectors).max()
         assert diff < ATOL, f"{nranks} x {threads} ({env}) differs from 1 rank by {diff:.2e}"
-    if arch == "--sg":
+    if arch == "--sg" and not mode:
         found = sum(f"w{i + 1}" in [w for w, _ in ref.most_similar(f"w{i}", topn=10)] for i in range(20, 60, 2))
         assert found >= 15, f"only {found} of 20 planted synonyms found"
 
 
-def test_one_objective_a_run_and_the_exact_step():
-    """--hs 1 goes with --negative 0 and --negative 0 with --hs 1; the shard-local mode has no hierarchical
-    softmax, so it is refused when asked for and not chosen on several hosts."""
+def test_one_objective_a_run(tmp_path):
+    """--hs 1 goes with --negative 0 and --negative 0 with --hs 1; --update keeps a tree it cannot rebuild."""
+    import hvd_w2v
     from hvd_w2v.common.config import Config
     from hvd_w2v.common.errors import UserError
 
+    with pytest.raises(UserError, match="--update with --hs 1 is not supported"):
+        hvd_w2v.train(str(tmp_path / "new.txt"), out=str(tmp_path), update=True, hs=1, negative=0)
     with pytest.raises(UserError, match="--negative 0 trains no noise words: give --hs 1"):
         Config(negative=0)
     with pytest.raises(UserError, match="--hs 1 trains hierarchical softmax alone: give --negative 0"):
         Config(hs=1)
-    with pytest.raises(UserError, match=r"shard-local SGD \(--shards 4\) has no hierarchical softmax"):
-        Config(hs=True, negative=0, shards=4).settled(hosts=2, threads=4)
-    assert Config(hs=True, negative=0).settled(hosts=2, threads=64).shards == 0
-    assert Config().settled(hosts=2, threads=64).shards == 64

@@ -58,6 +58,37 @@ def test_the_kernel_is_sequential_sgd_per_shard_summed_in_shard_order(sg, cbow_m
     assert table > 60 or np.abs(one - got).max() > 1e-3
 
 
+def paths(seed, tgt, none, scale=1.0):
+    """``tgt`` made hierarchical softmax's: each centre's targets a path of 1 to all its slots of distinct rows
+    (none past its end), and their codes."""
+    g = np.random.default_rng(seed)
+    hs = np.full(tgt.shape, none, np.int32)
+    codes = np.zeros(tgt.shape, np.int8)
+    for i, length in enumerate(g.integers(1, tgt.shape[1] + 1, len(tgt))):
+        hs[i, :length] = 2 * g.choice(none // 2, length, replace=False) + 1
+        codes[i, :length] = g.integers(0, 2, length)
+    return hs, codes
+
+
+@pytest.mark.parametrize("sg", [True, False], ids=["sg", "cbow"])
+def test_hierarchical_softmax_in_the_kernel_is_the_reference_s(sg):
+    """Paths of any length as targets, labels 1 - code, saturated nodes (|x . y| >= 6: rows scaled up so that
+    some are) left alone: the reference's sums, the same bytes on any thread count."""
+    lib = native.local_sgd_kernel()
+    rows, ctx, _, bounds = problem(6, sg, k=5)
+    rows *= 5
+    tgt, codes = paths(6, np.zeros((len(ctx), 6), np.int32), len(rows) - 1)
+    want, want_loss, want_count = localsgd.reference(sg, rows, ctx, tgt, bounds, np.float32(0.05), codes=codes)
+    got, loss, count = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), 1, codes=codes)
+    assert np.abs(want).max() > 1e-2
+    assert np.abs(got - want).max() < KERNEL_ATOL * 5  # rows five times as large
+    assert count == want_count and loss == pytest.approx(want_loss, rel=1e-5)
+    again, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), 3, codes=codes)
+    assert again.tobytes() == got.tobytes()
+    plain, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, np.float32(0.05), 1)
+    assert np.abs(plain - got).max() > 1e-3  # the codes label the targets
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 def test_a_superstep_plan_counts_the_shards_that_name_a_row(compiled, monkeypatch):
     """The merge rule's m: each row's count of the shards whose examples name it, an empty shard among them,

@@ -183,20 +183,15 @@ class Config:
         config (a dict) of the run that a resume goes on with, whose choices are kept, so that a run resumed
         on another layout goes on with the same shards (its resume is exact on the same shards).
 
-        The choice: on one host, and for hierarchical softmax (``hs``) everywhere, the exact step (``shards``
-        0), whose vectors do not depend on the layout and which is as fast there; on several, a shard a
-        thread (``shards = threads``): the exact step's exchange every 2,048 positions would leave a cluster
-        idle. With shards, ``merge_clip`` is MERGE_CLIP, and a
+        The choice: on one host the exact step (``shards`` 0), whose vectors do not depend on the layout and
+        which is as fast there; on several, a shard a thread (``shards = threads``): the exact step's exchange
+        every 2,048 positions would leave a cluster idle. With shards, ``merge_clip`` is MERGE_CLIP, and a
         ``superstep`` left to the layout stays None until :meth:`sized` knows the corpus's size.
         """
         previous = previous or {}
         shards = self.shards
-        if self.hs and shards:
-            raise UserError(f"--hs 1 trains in the exact step: shard-local SGD (--shards {shards}) has no "
-                            f"hierarchical softmax yet; give --shards 0 or leave it out")
         if shards is None:
-            shards = previous.get("shards") if previous.get("shards") is not None else 0 if self.hs \
-                else threads if hosts > 1 else 0
+            shards = previous.get("shards") if previous.get("shards") is not None else threads if hosts > 1 else 0
         if not shards:
             if self.substep is not None:
                 raise UserError("--substep is shard-local SGD's: the exact step merges the hot rows every step "

@@ -10,7 +10,8 @@
 // deltas float32[T - 1, d], every row's deltas summed over the shards that touched it, and sums[0] the loss
 // (summed -log sigmoid), sums[1] the count (pairs for skip-gram, centres with a context for CBOW). A noise
 // word equal to the centre is skipped, as in word2vec.c. ``arch``: sgns_kernel.cc's (1 skip-gram, 0 CBOW of the
-// context's mean, 2 of its sum).
+// context's mean, 2 of its sum). ``codes`` (int8[n, 1 + K] beside tgt, or null): hierarchical softmax, as
+// sgns_kernel.cc's: tgt a path of inner-node rows, labels 1 - code, a saturated node not updated.
 //
 // Threads (the rank's budget): the shards run in rounds of one shard a thread; after each round the threads
 // add its deltas, each into its range of rows, shard by shard in shard order. A shard's deltas depend on its
@@ -56,15 +57,23 @@ inline float sigmoid_and_loss(float f, bool positive, double* loss) {
   return f >= 0 ? 1.f / (1.f + e) : e / (1.f + e);
 }
 
+constexpr float HS_SATURATED = 6.f;  // word2vec.c's MAX_EXP (sgns_kernel.cc's)
+
 // grad[k] = (label - sigmoid(l1 . target k)) * alpha for the targets l2 of one input row l1 (null: skipped),
-// and their loss. Every dot product first: they are independent unless a noise word repeats within one
-// centre's targets, so they overlap instead of each waiting for the update before it; the updates follow in
-// target order (the caller).
-inline void gradients(const float* l1, float* const* l2, int64_t k1, int64_t d, float alpha, float* grad,
-                      double* loss) {
+// and their loss; labels 1 for target 0 and 0 for the others, or with ``code`` 1 - code[k] (hierarchical
+// softmax, whose saturated nodes get 0: the caller skips them). Every dot product first: they are independent
+// unless a noise word repeats within one centre's targets, so they overlap instead of each waiting for the
+// update before it; the updates follow in target order (the caller).
+inline void gradients(const float* l1, float* const* l2, const int8_t* code, int64_t k1, int64_t d, float alpha,
+                      float* grad, double* loss) {
   for (int64_t k = 0; k < k1; ++k) grad[k] = l2[k] ? dot(l1, l2[k], d) : 0.f;
-  for (int64_t k = 0; k < k1; ++k)
-    if (l2[k]) grad[k] = ((k == 0 ? 1.f : 0.f) - sigmoid_and_loss(grad[k], k == 0, loss)) * alpha;
+  for (int64_t k = 0; k < k1; ++k) {
+    if (!l2[k]) continue;
+    const bool label = code ? code[k] == 0 : k == 0;
+    const bool saturated = code && std::fabs(grad[k]) >= HS_SATURATED;
+    const float sig = sigmoid_and_loss(grad[k], label, loss);
+    grad[k] = saturated ? 0.f : ((label ? 1.f : 0.f) - sig) * alpha;
+  }
 }
 
 // A target slot that trains nothing: no target, or a noise word equal to the centre.
@@ -72,19 +81,22 @@ inline bool skipped(const int32_t* ts, int k, int32_t none) { return ts[k] == no
 
 // One shard's private rows (kept from call to call: fresh buffers would be fresh pages every super-step).
 // ``order`` lists the table rows the shard touches, in the order of their places in ``copy``; ``ctx`` and
-// ``tgt`` are the shard's examples with places for row indices (-1: nothing).
+// ``tgt`` are the shard's examples with places for row indices (-1: nothing), ``code`` their codes (null:
+// negative sampling).
 struct Copy {
   std::vector<int32_t> order;
   std::vector<float> copy;
   std::vector<int32_t> ctx, tgt;
+  const int8_t* code = nullptr;
 
   // Places for the rows shard [lo, hi) touches, in the order it first names them, and their copies from
   // the snapshot. One pass before the SGD: its reads of scattered snapshot rows are independent of each other,
   // so the memory serves many at once, where copying each row on first use inside the SGD loop waited on
   // each in turn. ``at`` (int32[T], all -1) is the calling thread's scratch, left all -1.
   void begin(std::vector<int32_t>& at, const float* rows, int64_t T, int64_t d, const int32_t* cs, int64_t w,
-             const int32_t* ts, int64_t k1, int64_t lo, int64_t hi) {
+             const int32_t* ts, const int8_t* codes, int64_t k1, int64_t lo, int64_t hi) {
     const int32_t none = static_cast<int32_t>(T - 1);
+    code = codes ? codes + lo * k1 : nullptr;
     if (static_cast<int64_t>(at.size()) < T) at.assign(T, -1);
     order.clear();
     const int64_t n = hi - lo;
@@ -138,6 +150,7 @@ void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t fr
   for (int64_t i = from; i < to; ++i) {
     const int32_t* cs = mine.ctx.data() + i * w;
     const int32_t* ts = mine.tgt.data() + i * k1;
+    const int8_t* code = mine.code ? mine.code + i * k1 : nullptr;
     for (int64_t k = 0; k < k1; ++k) l2[k] = ts[k] < 0 ? nullptr : row(ts[k]);
     if (sg) {
       // word2vec.c's skip-gram: each context word's W_in row against the centre's and the noise words' W_out
@@ -145,10 +158,10 @@ void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t fr
       for (int64_t j = 0; j < w; ++j) {
         if (cs[j] < 0) continue;
         float* l1 = row(cs[j]);
-        gradients(l1, l2.data(), k1, d, alpha, grad.data(), &loss);
+        gradients(l1, l2.data(), code, k1, d, alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int64_t k = 0; k < k1; ++k) {
-          if (!l2[k]) continue;
+          if (!l2[k] || (code && grad[k] == 0.f)) continue;
           axpy(grad[k], l2[k], work.data(), d);
           axpy(grad[k], l1, l2[k], d);
         }
@@ -166,10 +179,10 @@ void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t fr
       if (m == 0) continue;
       if (mean)
         for (int64_t x = 0; x < d; ++x) hidden[x] /= m;
-      gradients(hidden.data(), l2.data(), k1, d, alpha, grad.data(), &loss);
+      gradients(hidden.data(), l2.data(), code, k1, d, alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int64_t k = 0; k < k1; ++k) {
-        if (!l2[k]) continue;
+        if (!l2[k] || (code && grad[k] == 0.f)) continue;
         axpy(grad[k], l2[k], work.data(), d);
         axpy(grad[k], hidden.data(), l2[k], d);
       }
@@ -231,6 +244,7 @@ std::vector<std::vector<int32_t>> scratch;  // a thread's ``at`` (Copy::begin)
 // A super-step in sub-steps (hvd_w2v_local_sgd_open's contract): every shard's copy held from open to close.
 struct Session {
   int64_t arch = 0, T = 0, d = 0, w = 0, k1 = 0, shards = 0, parts = 0, hot_lo = 0, hot_hi = 0;
+  const int8_t* codes = nullptr;
   int team = 1;
   const float* rows = nullptr;
   std::vector<int64_t> bounds;  // shard s's sub-step j: centres [bounds[s parts + j], bounds[s parts + j + 1])
@@ -254,7 +268,8 @@ extern "C" {
 // The super-step (the contract above). Returns 0, or -1 with nothing written when a row index lies outside
 // [0, T) or the bounds are not increasing within [0, n].
 int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d, const int32_t* ctx,
-                          int64_t w, const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
+                          int64_t w, const int32_t* tgt, const int8_t* codes, int64_t k1, int64_t n,
+                          const int64_t* bounds, int64_t shards,
                           float alpha, int64_t threads, float* deltas, double* sums) {
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
   if (!checked(ctx, w, tgt, k1, n, T, bounds, shards, team)) return -1;
@@ -271,7 +286,7 @@ int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d,
     // at the end. So a rank holds a round's copies, not every shard's.
     for (int64_t first = 0; first < shards; first += team) {
       if (first + t < shards) {
-        copies[t].begin(scratch[t], rows, T, d, ctx, w, tgt, k1, bounds[first + t], bounds[first + t + 1]);
+        copies[t].begin(scratch[t], rows, T, d, ctx, w, tgt, codes, k1, bounds[first + t], bounds[first + t + 1]);
         sgd(arch, d, alpha, w, k1, 0, bounds[first + t + 1] - bounds[first + t], copies[t], &loss[first + t],
             &count[first + t]);
       }
@@ -298,7 +313,8 @@ int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d,
 // Each returns 0, or -1 with nothing written: open when an index or the bounds are wrong, the others when
 // called out of turn.
 int64_t hvd_w2v_local_sgd_open(int64_t arch, const float* rows, int64_t T, int64_t d, const int32_t* ctx,
-                               int64_t w, const int32_t* tgt, int64_t k1, int64_t n, const int64_t* bounds, int64_t shards,
+                               int64_t w, const int32_t* tgt, const int8_t* codes, int64_t k1, int64_t n,
+                               const int64_t* bounds, int64_t shards,
                                int64_t parts, int64_t hot_lo, int64_t hot_hi, int64_t threads) {
   Session& S = session;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
@@ -306,7 +322,7 @@ int64_t hvd_w2v_local_sgd_open(int64_t arch, const float* rows, int64_t T, int64
       !checked(ctx, w, tgt, k1, n, T, bounds, shards * parts, team))
     return -1;
   S.arch = arch, S.T = T, S.d = d, S.w = w, S.k1 = k1, S.shards = shards, S.parts = parts, S.hot_lo = hot_lo;
-  S.hot_hi = hot_hi, S.team = team, S.rows = rows;
+  S.hot_hi = hot_hi, S.team = team, S.rows = rows, S.codes = codes;
   S.bounds.assign(bounds, bounds + shards * parts + 1);
   const int64_t nh = hot_hi - hot_lo;
   if (static_cast<int64_t>(S.copy.size()) < shards) S.copy.resize(shards);
@@ -321,7 +337,7 @@ int64_t hvd_w2v_local_sgd_open(int64_t arch, const float* rows, int64_t T, int64
 #pragma omp parallel for num_threads(team) schedule(dynamic)
   for (int64_t s = 0; s < shards; ++s) {
     Copy& c = S.copy[s];
-    c.begin(scratch[omp_get_thread_num()], rows, T, d, ctx, w, tgt, k1, S.bounds[s * parts],
+    c.begin(scratch[omp_get_thread_num()], rows, T, d, ctx, w, tgt, codes, k1, S.bounds[s * parts],
             S.bounds[(s + 1) * parts]);
     for (size_t e = 0; e < c.order.size(); ++e)
       if (c.order[e] >= hot_lo && c.order[e] < hot_hi) S.hot_at[s * nh + c.order[e] - hot_lo] = e;

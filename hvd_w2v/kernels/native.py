@@ -490,8 +490,8 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
 
 # -- shard-local SGD's super-step (localsgd_kernel.cc) -------------------------------------------------------
 
-LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, F32, I64, P, P],
-                   "hvd_w2v_local_sgd_open": [I64, P, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64, I64, I64],
+LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, P, I64, I64, P, I64, F32, I64, P, P],
+                   "hvd_w2v_local_sgd_open": [I64, P, I64, I64, P, I64, P, P, I64, I64, P, I64, I64, I64, I64, I64],
                    "hvd_w2v_local_sgd_substep": [I64, F32, P, P], "hvd_w2v_local_sgd_sync": [P, P, I64],
                    "hvd_w2v_local_sgd_close": [P, P]}
 
@@ -502,27 +502,31 @@ def local_sgd_kernel():
                     fallback="a numpy loop")
 
 
-def _shard_blocks(rows_count, ctx, tgt, bounds):
-    """The checked (ctx, tgt, bounds) arguments of the local-SGD calls."""
+def _shard_blocks(rows_count, ctx, tgt, bounds, codes=None):
+    """The checked (ctx, tgt, bounds) arguments of the local-SGD calls (and ``codes``, int8 of tgt's shape)."""
     bounds = np.ascontiguousarray(bounds, np.int64)
     if not (ctx.dtype == tgt.dtype == np.int32 and ctx.ndim == tgt.ndim == 2 and len(ctx) == len(tgt)
-            and ctx.flags.c_contiguous and tgt.flags.c_contiguous and len(bounds) >= 2 and rows_count >= 1):
-        raise ValueError("local SGD takes int32 C-contiguous ctx [n, w] and tgt [n, 1 + K] and shard bounds")
+            and ctx.flags.c_contiguous and tgt.flags.c_contiguous and len(bounds) >= 2 and rows_count >= 1
+            and (codes is None or codes.dtype == np.int8 and codes.shape == tgt.shape and codes.flags.c_contiguous)):
+        raise ValueError("local SGD takes int32 C-contiguous ctx [n, w] and tgt [n, 1 + K] (and int8 codes of tgt's "
+                         "shape) and shard bounds")
     return bounds
 
 
-def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1, cbow_mean=True):
+def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1, cbow_mean=True, codes=None):
     """localsgd's super-step in one compiled call on ``threads`` threads (the same bytes on any count):
     ``rows`` float32[T, d] (the snapshot, row T - 1 "no context word"), ``ctx`` int32[n, w] and ``tgt``
-    int32[n, 1 + K], shard s's centres ``[bounds[s], bounds[s + 1])``. Returns (deltas float32[T - 1, d]:
-    each row's deltas summed over the shards, loss, count)."""
-    bounds = _shard_blocks(len(rows), ctx, tgt, bounds)
+    int32[n, 1 + K], shard s's centres ``[bounds[s], bounds[s + 1])``; ``codes`` (hierarchical softmax) the
+    targets' Huffman codes. Returns (deltas float32[T - 1, d]: each row's deltas summed over the shards, loss,
+    count)."""
+    bounds = _shard_blocks(len(rows), ctx, tgt, bounds, codes)
     if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
         raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
     deltas = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
-    if lib.hvd_w2v_local_sgd(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
-                             tgt.ctypes.data, tgt.shape[1], len(ctx), bounds.ctypes.data, len(bounds) - 1, alpha,
+    if lib.hvd_w2v_local_sgd(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data,
+                             ctx.shape[1], tgt.ctypes.data, None if codes is None else codes.ctypes.data,
+                             tgt.shape[1], len(ctx), bounds.ctypes.data, len(bounds) - 1, alpha,
                              threads, deltas.ctypes.data, sums):
         raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}) and its bounds increase within the centres")
     return deltas, sums[0], sums[1]
@@ -530,21 +534,22 @@ def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1, cbow_mean=True)
 
 class LocalSession:
     """A super-step of shard-local SGD whose hot rows meet between sub-steps, compiled (localsgd_kernel.cc's
-    session; hvd_w2v.training.hotsync): ``rows``, ``ctx``, ``tgt`` as :func:`local_sgd`'s, ``bounds`` with
+    session; hvd_w2v.training.hotsync): ``rows``, ``ctx``, ``tgt``, ``codes`` as :func:`local_sgd`'s, ``bounds`` with
     ``parts`` sub-steps a shard (shard s's sub-step j: centres ``[bounds[s parts + j], bounds[s parts + j + 1])``),
     the table rows ``[hot_lo, hot_hi)`` the hot ones. Call :meth:`substep` then :meth:`sync` for each sub-step
     in order, then :meth:`close`. One session at a time in a process (the library holds it); every shard's copy
     of its rows is held from here to close."""
 
-    def __init__(self, lib, sg, rows, ctx, tgt, bounds, parts, hot_lo, hot_hi, threads=1, cbow_mean=True):
-        bounds = _shard_blocks(len(rows), ctx, tgt, bounds)
+    def __init__(self, lib, sg, rows, ctx, tgt, bounds, parts, hot_lo, hot_hi, threads=1, cbow_mean=True,
+                 codes=None):
+        bounds = _shard_blocks(len(rows), ctx, tgt, bounds, codes)
         if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
             raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
-        self.lib, self.keep, self.hot = lib, (rows, ctx, tgt, bounds), (hot_lo, hot_hi)
+        self.lib, self.keep, self.hot = lib, (rows, ctx, tgt, bounds, codes), (hot_lo, hot_hi)
         shards = (len(bounds) - 1) // parts
         if shards * parts + 1 != len(bounds) or lib.hvd_w2v_local_sgd_open(
-                arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1], tgt.ctypes.data,
-                tgt.shape[1], len(ctx), bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
+                arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
+                tgt.ctypes.data, None if codes is None else codes.ctypes.data, tgt.shape[1], len(ctx), bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
             raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}), its bounds increase within the centres "
                              f"({parts} a shard) and its hot rows lie in the table")
 

@@ -109,10 +109,11 @@ class LocalSGD:
     def maths(self, rows, step, alpha):
         """Every hosted shard's SGD from the snapshot ``rows``: (deltas float32[table - 1, d] summed in shard
         order, loss, count)."""
+        codes = step.codes[0] if step.codes else None
         if self.lib is not None:
             return native.local_sgd(self.lib, self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha,
-                                    self.threads, self.cfg.cbow_mean)
-        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha, self.cfg.cbow_mean)
+                                    self.threads, self.cfg.cbow_mean, codes)
+        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha, self.cfg.cbow_mean, codes)
 
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
@@ -147,15 +148,16 @@ class ClippedMerge:
         native.merge_sources(table, rows, blocks, sgd, self.cap, self.clip, self.threads)
 
 
-def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True):
+def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True, codes=None):
     """localsgd_kernel.cc's super-step in numpy, one centre at a time: the fallback, and what the kernel is
-    tested against (the same sums in the same order, up to the exp and log1p of each library)."""
+    tested against (the same sums in the same order, up to the exp and log1p of each library); ``codes``:
+    hierarchical softmax's (shard_sgd)."""
     none = len(rows) - 1
     deltas = np.zeros((none, rows.shape[1]), np.float32)
     loss = count = 0.0
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         mine = rows.copy()
-        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean)
+        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean, codes)
         loss, count = loss + shard_loss, count + shard_count
         touched = np.zeros(len(rows), bool)
         touched[ctx[lo:hi].ravel()] = touched[tgt[lo:hi].ravel()] = True
@@ -164,16 +166,22 @@ def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True):
     return deltas, loss, count
 
 
-def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True):
+def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True, codes=None):
     """word2vec.c's SGD over the centres ``[lo, hi)`` in order, on the table ``mine`` (float32[T, d], row T - 1
     "no context word"), in place; returns (loss, count). CBOW of the context's mean, or with ``cbow_mean``
-    False of its sum, each context row then getting 1/m of the update (gensim's cbow_mean=0)."""
+    False of its sum, each context row then getting 1/m of the update (gensim's cbow_mean=0). With ``codes``,
+    hierarchical softmax: ``tgt`` the centre's path, labels 1 - code, a node whose |x . y| is 6 or more left
+    alone (word2vec.c's)."""
     none = len(mine) - 1
     loss = count = 0.0
     for i in range(lo, hi):
         cs = [c for c in ctx[i] if c != none]
-        ts = [t for k, t in enumerate(tgt[i]) if t != none and (k == 0 or t != tgt[i][0])]
-        labels = [1.0] + [0.0] * (len(ts) - 1)  # the centre, then its noise words
+        if codes is None:
+            ts = [t for k, t in enumerate(tgt[i]) if t != none and (k == 0 or t != tgt[i][0])]
+            labels = [1.0] + [0.0] * (len(ts) - 1)  # the centre, then its noise words
+        else:
+            ts = [t for t in tgt[i] if t != none]
+            labels = [1.0 - code for code in codes[i][:len(ts)]]
         share = np.float32(1)
         if sg:
             inputs = [(mine[c], [c]) for c in cs]
@@ -188,7 +196,9 @@ def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True):
             fs = [np.float32(np.dot(l1, mine[t])) for t in ts]  # every dot product before the updates
             for t, label, f in zip(ts, labels, fs):
                 sig = np.float32(1 / (1 + np.exp(-np.float64(f))))
-                loss += -np.log(sig if label else 1 - sig)
+                loss += np.logaddexp(0, -np.float64(f if label else -f))  # -log sigmoid(+-f), for any f
+                if codes is not None and abs(f) >= 6:
+                    continue
                 g = np.float32((label - sig) * alpha)
                 work += g * mine[t]
                 mine[t] += g * l1
