@@ -12,10 +12,10 @@ collective and gives the same answer on every rank::
 """
 from .common.errors import UserError
 from .common.version import __version__  # noqa: F401 (hvd_w2v.__version__)
-from .pipeline import train
+from .pipeline import phrases, train
 from .training.divergence import Diverged
 
-__all__ = ["train", "load", "KeyedVectors", "UserError", "Diverged"]
+__all__ = ["train", "phrases", "load", "KeyedVectors", "UserError", "Diverged"]
 
 
 def __getattr__(name):

@@ -116,6 +116,15 @@ def _vocabulary(args, encode=False):
         pipeline.release(comm, lock, args.out)
 
 
+def cmd_phrases(args):
+    """pipeline.phrases with the command's options."""
+    from . import pipeline
+
+    pipeline.phrases(args.corpus, args.out, min_count=args.min_count, threshold=args.threshold,
+                     overwrite=args.overwrite, threads=args.threads, stall_timeout=args.stall_timeout)
+    return 0
+
+
 def cmd_train(args):
     """pipeline.train with the command's options, then the nearest words of a few (--show)."""
     from . import pipeline
@@ -476,6 +485,26 @@ def parser():
     ])
     add_corpus_options(v)
     v.set_defaults(func=cmd_vocab, **_model_defaults())
+
+    h = _command(sub, "phrases", "join frequent pairs of words with _, as word2vec.c's word2phrase", [
+        "mpi/launch -n 4 hvd-w2v phrases corpus.txt --out data/phrased",
+        "mpi/launch -n 4 hvd-w2v phrases data/phrased --out data/phrased2 --threshold 50   # 3- and 4-word phrases",
+        "mpi/launch -n 4 hvd-w2v train data/phrased2 --out runs/phrases",
+    ], description="word2vec.c's word2phrase on every rank: a pair a b becomes a_b where (count(ab) - min_count) "
+                   "/ count(a)\n/ count(b) x words > threshold. Writes OUT/part.RRRRR.txt, a file a rank, whose "
+                   "concatenation in name\norder is word2phrase's output byte for byte; OUT is a corpus for "
+                   "train or another pass.")
+    h.add_argument("corpus", nargs="+", metavar="CORPUS", help="plain text files or folders, read as laid end to "
+                                                                 "end")
+    h.add_argument("--out", required=True, metavar="DIR", help="the folder of the phrased text's parts")
+    h.add_argument("--min-count", type=int, default=5, help="words and pairs seen fewer times are never joined "
+                                                            "(word2phrase's -min-count; default: %(default)s)")
+    h.add_argument("--threshold", type=float, default=100.0,
+                   help="the score a pair must pass (word2phrase's -threshold; default: %(default)s)")
+    h.add_argument("--overwrite", action="store_true", help="replace the parts an earlier run left in --out")
+    h.add_argument("--threads", type=int, default=None, help="threads per rank (default: mpi/launch's)")
+    _add_stall_option(h)
+    h.set_defaults(func=cmd_phrases)
 
     n = _command(sub, "encode", "write vocab.txt and the corpus as word ids (ids/): what train does before "
                                 "training", [

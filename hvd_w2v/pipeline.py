@@ -215,6 +215,71 @@ GENSIM_NAMES = {"vector_size": "dim", "size": "dim", "iter": "epochs", "workers"
                 "corpus_file": "corpus", "sentences": "corpus"}
 
 
+def phrases(corpus, out, *, min_count=5, threshold=100.0, overwrite=False, threads=None, stall_timeout=None,
+            quiet=False):
+    """word2vec.c's word2phrase over every rank (``hvd-w2v phrases``): pairs of words whose score passes
+    ``threshold`` joined by ``_`` in the text of ``corpus`` (files or folders, laid end to end as ``cat``
+    would; plain text), written into the folder ``out`` as ``part.RRRRR.txt``, a file a rank, whose
+    concatenation in name order is word2phrase's output byte for byte (text/phrases.py), with a summary in
+    ``out/.phrases.json``. ``out`` is then a corpus for ``train`` or another pass (three-word phrases). A
+    folder that already holds parts is refused without ``overwrite``. Collective. Returns the summary dict."""
+    import json
+    import shutil
+
+    from .common.errors import UserError
+    from .parallel.comm import log
+    from .text import phrases as phrasing
+
+    comm = start(None, threads, stall_timeout)
+    say = (lambda m: None) if quiet else (lambda m: log(comm, m))
+    if not (min_count >= 1 and threshold == threshold):
+        raise UserError(f"phrases: --min-count must be at least 1 and --threshold a number, got {min_count}, "
+                        f"{threshold}")
+    paths = corpus_files(comm, [corpus] if isinstance(corpus, str) else list(corpus), say)
+    from .text.corpus import check_files
+
+    check_files(paths)
+    if any(p.endswith(".gz") for p in paths):
+        raise UserError("phrases reads plain text files: gunzip the .gz ones first")
+    stage, error = os.path.join(out, ".staging-phrases"), None
+    if comm.rank == 0:
+        try:
+            held = os.path.isdir(out) and any(n.startswith("part.") for n in os.listdir(out))
+            if held and not overwrite:
+                error = f"{out} holds the parts of an earlier phrases run; give another --out, or --overwrite"
+            elif any(os.path.abspath(os.path.dirname(p)) == os.path.abspath(out) for p in paths):
+                error = f"phrases would write into {out}, which holds its corpus; give another --out"
+            else:
+                shutil.rmtree(stage, ignore_errors=True)
+                os.makedirs(stage)
+        except OSError as e:
+            error = f"cannot write {out}: {e.strerror}"
+    comm.agree(error)
+    t0 = time.monotonic()
+    words, pairs = phrasing.phrase(comm, paths, stage, min_count, float(threshold), say)
+    seconds = comm.allreduce(time.monotonic() - t0, "max")
+    summary = dict(corpus=paths, min_count=min_count, threshold=threshold, words=words, pairs=pairs,
+                   ranks=comm.size, seconds=round(seconds, 3))
+    comm.barrier()
+    error = None
+    if comm.rank == 0:
+        try:
+            for name in os.listdir(out):
+                if name.startswith("part."):
+                    os.remove(os.path.join(out, name))
+            for name in sorted(os.listdir(stage)):
+                os.replace(os.path.join(stage, name), os.path.join(out, name))
+            with open(os.path.join(out, ".phrases.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+            shutil.rmtree(stage, ignore_errors=True)
+        except OSError as e:
+            error = f"cannot move {stage} into {out}: {e.strerror}"
+    comm.agree(error)
+    say(f"done: {words:,} words, {pairs:,} pairs joined, in {seconds:.1f} s ({words / max(seconds, 1e-9):,.0f} "
+        f"words/s) -> {out}")
+    return summary
+
+
 def unknown_options(config):
     """Raise UserError naming the first key of ``config`` (train's keyword arguments beyond its own) that is
     not a Config field, and the option meant: gensim's name's counterpart, or the closest spelling."""
