@@ -1,9 +1,9 @@
 """Compiled code: built once per machine with g++ from the package's C++ sources, cached, loaded on demand.
 
-Five libraries, each optional, each loaded here through ctypes: the step's maths (sgns_kernel.cc, used by
+Six libraries, each optional, each loaded here through ctypes: the step's maths (sgns_kernel.cc, used by
 sgns), the owners' row copies (rows_kernel.cc, used by exchange), the example builder (batches_kernel.cc,
-used by batches), shard-local SGD's super-step (localsgd_kernel.cc, used by localsgd) and the text passes
-(text_kernel.cc, used by corpus, vocab and encode). Where one cannot be built or loaded, its user prints one
+used by batches), shard-local SGD's super-step (localsgd_kernel.cc, used by localsgd), the text passes
+(text_kernel.cc, used by corpus, vocab and encode) and word2phrase's (phrases_kernel.cc, used by phrases). Where one cannot be built or loaded, its user prints one
 warning and falls back to TensorFlow's graph, numpy or Python, which compute the same values more slowly; ``HVD_W2V_KERNEL=python`` (or
 ``graph``) asks for the fallbacks from the start.
 
@@ -579,6 +579,69 @@ class LocalSession:
         if self.lib.hvd_w2v_local_sgd_close(deltas.ctypes.data, sums):
             raise RuntimeError("local SGD's close called out of turn")
         return deltas, sums[0], sums[1]
+
+
+# -- word2phrase's passes (phrases_kernel.cc) ---------------------------------------------------------------
+
+PHRASE_FUNCTIONS = {"hvd_w2v_phrases_new": ([], P), "hvd_w2v_phrases_free": ([P], None),
+                    "hvd_w2v_phrases_start": ([P, I64, P, I64], None),
+                    "hvd_w2v_phrases_count": ([P, P, I64, I64], I64), "hvd_w2v_phrases_size": ([P], I64),
+                    "hvd_w2v_phrases_export": ([P, P, P], None), "hvd_w2v_phrases_set": ([P, P], None),
+                    "hvd_w2v_phrases_joinable": ([P, P, I64, I64, I64, F32, F32, P], I64),
+                    "hvd_w2v_phrases_write": ([P, I64, I64, P, P], I64),
+                    "hvd_w2v_phrases_key": ([P, I64, P], None)}
+
+
+def phrases_kernel():
+    """The library of phrases_kernel.cc, or None (phrases.py's Python passes then: the same output)."""
+    return _library("phrases_kernel", PHRASE_FUNCTIONS, "the compiled phrase passes", fallback="Python's loops")
+
+
+class PhraseTable:
+    """phrases_kernel.cc's table of one rank's words and pairs, and its scans of blocks of text (bytes)."""
+
+    def __init__(self, lib):
+        self.lib, self.handle = lib, lib.hvd_w2v_phrases_new()
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.hvd_w2v_phrases_free(self.handle)
+
+    def start(self, before, word):
+        """The token before the next block (0 none, 1 a newline, 2 a word) and the word before (bytes)."""
+        self.lib.hvd_w2v_phrases_start(self.handle, before, word, len(word))
+
+    def count(self, block, drop_last):
+        return self.lib.hvd_w2v_phrases_count(self.handle, block, len(block), int(drop_last))
+
+    def export(self):
+        """(keys uint64[n, 2], counts int64[n]) in the table's order."""
+        n = self.lib.hvd_w2v_phrases_size(self.handle)
+        keys, counts = np.empty((n, 2), np.uint64), np.empty(n, np.int64)
+        self.lib.hvd_w2v_phrases_export(self.handle, keys.ctypes.data, counts.ctypes.data)
+        return keys, counts
+
+    def set(self, counts):
+        counts = np.ascontiguousarray(counts, np.int64)
+        assert len(counts) == self.lib.hvd_w2v_phrases_size(self.handle)
+        self.lib.hvd_w2v_phrases_set(self.handle, counts.ctypes.data)
+
+    def joinable(self, block, drop_last, min_count, threshold, words):
+        out = np.empty(len(block) // 2 + 1, np.uint8)  # a word takes a byte and a separator, but the last
+        n = self.lib.hvd_w2v_phrases_joinable(self.handle, block, len(block), int(drop_last), min_count,
+                                              threshold, words, out.ctypes.data)
+        return out[:n].astype(bool)
+
+    def write(self, block, drop_last, joins):
+        joins = np.ascontiguousarray(joins, np.uint8)
+        out = np.empty(2 * len(block) + 1, np.uint8)
+        n = self.lib.hvd_w2v_phrases_write(block, len(block), int(drop_last), joins.ctypes.data, out.ctypes.data)
+        return out[:n].tobytes()
+
+    def key(self, word):
+        out = np.empty(2, np.uint64)
+        self.lib.hvd_w2v_phrases_key(word, len(word), out.ctypes.data)
+        return out
 
 
 # -- the text passes (text_kernel.cc) -----------------------------------------------------------------------

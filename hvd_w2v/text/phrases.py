@@ -4,47 +4,72 @@ word2phrase joins a pair of words ``a b`` into ``a_b`` where ``(count(ab) - min_
 words > threshold``. It reads one text twice: once to count every word and every pair of consecutive words in
 one table (a pair as its string ``a_b``, so a literal token ``a_b`` adds to the same count), and once to write
 the text again, each word after ``_`` (joined to the word before) or `` `` (a space). Here each rank reads a
-byte range of the text (the files laid end to end, as ``cat`` would), counts its words and pairs, and sends
-the counts to each string's hash owner (:func:`owner`), who sums them and keeps those of at least
-``min_count``; then each rank asks the owners the counts its words and pairs need, decides its joins, and
+byte range of the text (the files laid end to end, as ``cat`` would) in three passes: it counts its words and
+pairs in a table of its own keyed by a 128-bit hash of each string (:func:`key`), and sends the counts to each
+key's owner (vocab.hash_owner), who sums them and keeps those of at least ``min_count``; it asks the owners the
+sums of its keys, decides which words may join, learns from the ranks before it where its joins start, and
 writes its range's output as ``part.RRRRR.txt``: the parts laid end to end in rank order are word2phrase's
 output, byte for byte (tests/test_phrases.py; ``python -m hvd_w2v.bench.phrases`` against word2phrase.c).
+The passes over the text run in phrases_kernel.cc where it builds, else in Python (:class:`PythonTable`),
+with the same keys.
 
 word2phrase's rules, kept because its output is what users compare with:
 
 - only space, tab and newline separate words; a carriage return is dropped wherever it stands; a newline is
-  a token of its own, written back as it is; a word is cut to its first WORD_BYTES bytes and a pair's string
-  to PAIR_BYTES; a last token with no separator after it is neither counted nor written;
+  a token of its own, written back as it is; a word keeps its first WORD_BYTES bytes and a pair's string its
+  first PAIR_BYTES; a last token with no separator after it is neither counted nor written;
 - a pair is counted across line ends (the last word of a line and the first of the next) and the first word
   of the text pairs with an empty word; but a word after a newline is never joined;
 - a word joined to the one before it is not joined to the next (no chains of three: run it again for them),
   so a rank's joins depend on whether the rank before ended on a join: each rank says what it would end on
-  either way (two states), and each learns its own start from the ranks before it (:func:`_carries`).
+  either way (two states), and each learns its own start from the ranks before it (:func:`_carry_in`).
 
-Not kept: word2phrase prunes its table past 350 million strings (its hash table's 70%); here the owners
-hold every string. Files with NUL bytes are refused.
+Not kept: word2phrase prunes its table past 350 million strings (its hash table's 70%), here the owners hold
+every string's count; its pruning drops one more string when none is below min_count (its SortVocab), here
+none. Files with NUL bytes are refused.
 """
 import os
 import re
-import zlib
 from collections import Counter
 
 import numpy as np
 
 from ..common.errors import UserError
-from .vocab import exchange_bytes
+from ..kernels import native
+from .vocab import hash_owner
 
 WORD_BYTES = 58  # word2phrase.c's MAX_STRING - 2: the bytes of a word it keeps
 PAIR_BYTES = 59  # MAX_STRING - 1: the bytes of a pair's string ``a_b`` it keeps
 BLOCK_BYTES = 1 << 24  # text read at a time
 TOKEN = re.compile(rb"[^ \t\n]+|\n")
 SEPARATOR = re.compile(rb"[ \t\n]")
+NEWLINE = b"\n"
+NONE, AFTER_NEWLINE, AFTER_WORD = 0, 1, 2  # the token before a block: none (the text's start), a newline, a word
 PART = "part.{:05d}.txt"
+MASK = (1 << 64) - 1
 
 
-def owner(word, ranks):
-    """The rank that holds the count of ``word`` (bytes): a CRC-32 of its bytes, the same on every host."""
-    return zlib.crc32(word) % ranks
+def _mix(x):
+    """splitmix64's finaliser (phrases_kernel.cc's mix)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def key(word):
+    """The 128-bit key of a string (bytes), phrases_kernel.cc's: two 64-bit hashes, FNV-1a's and a
+    multiply-add's, each finalised, the second odd. Two distinct strings share a key with a chance near
+    2^-127: a table keyed so holds no string, and the owners exchange 16 bytes a string."""
+    a, b = 0xCBF29CE484222325, len(word)
+    for byte in word:
+        a = ((a ^ byte) * 0x100000001B3) & MASK
+        b = (b * 0x9E3779B97F4A7C15 + byte + 1) & MASK
+    return _mix(a), _mix(b) | 1
+
+
+def pair(a, b):
+    """word2phrase's string of the pair ``a b``."""
+    return (a + b"_" + b)[:PAIR_BYTES]
 
 
 class Text:
@@ -83,7 +108,7 @@ class Text:
 
     def range_of(self, rank, ranks):
         """Rank ``rank``'s bytes ``[lo, hi)`` of ``ranks``: the tokens starting in its equal share."""
-        return (self.token_start(self.size * rank // ranks), self.token_start(self.size * (rank + 1) // ranks))
+        return self.token_start(self.size * rank // ranks), self.token_start(self.size * (rank + 1) // ranks)
 
     def ends_with_separator(self):
         """Whether the text's last byte that is not a carriage return separates (else its last token is lost)."""
@@ -95,185 +120,209 @@ class Text:
             at -= 1
         return True
 
-
-def tokens(text, lo, hi, last):
-    """The tokens of bytes ``[lo, hi)`` of ``text`` in blocks: lists of word2phrase's tokens (words cut to
-    WORD_BYTES, ``b"\\n"`` for a newline), carriage returns dropped; with ``last`` (the range ends the text, and
-    the text no separator), its last token left out."""
-    pos = lo
-    while pos < hi:
-        end = min(hi, pos + BLOCK_BYTES)
-        if end < hi:
-            end = max(text.token_start(end), pos + 1)
-        block = text.read(pos, end)
-        nul = block.find(b"\0")
-        if nul >= 0:
-            raise UserError(f"the text holds a NUL byte at offset {pos + nul:,}; give plain text")
-        found = [t[:WORD_BYTES] for t in TOKEN.findall(block.replace(b"\r", b""))]
-        if last and end == hi and found:
-            found.pop()
-        pos = end
-        yield found
+    def blocks(self, lo, hi, last):
+        """Bytes ``[lo, hi)`` in blocks of whole tokens: ``(block, drop_last)``, ``drop_last`` on the block that
+        ends the text where ``last`` (the text's last token, with no separator after it, is lost)."""
+        pos = lo
+        while pos < hi:
+            end = min(hi, pos + BLOCK_BYTES)
+            if end < hi:
+                end = max(self.token_start(end), pos + 1)
+            block = self.read(pos, end)
+            nul = block.find(b"\0")
+            if nul >= 0:
+                raise UserError(f"the text holds a NUL byte at offset {pos + nul:,}; give plain text")
+            yield block, last and end == hi
+            pos = end
 
 
-def pair(a, b):
-    """word2phrase's string of the pair ``a b``."""
-    return (a + b"_" + b)[:PAIR_BYTES]
+def _tokens(block, drop_last):
+    """word2phrase's tokens of ``block``: words (their first WORD_BYTES bytes) and newlines, carriage returns
+    dropped; with ``drop_last``, a last token that no separator ends left out."""
+    clean = block.replace(b"\r", b"")
+    found = [t[:WORD_BYTES] for t in TOKEN.findall(clean)]
+    if drop_last and found and clean[-1:] not in (b" ", b"\t", b"\n"):
+        found.pop()
+    return found
 
 
-def _send(comm, words, values):
-    """Send each of ``words`` (bytes) with its int64 value to its owner; returns (words, values) received,
-    and how many came from each rank."""
-    ranks = comm.size
-    by = [[] for _ in range(ranks)]
-    for w, v in zip(words, values):
-        by[owner(w, ranks)].append((w, v))
-    flat = [wv for part in by for wv in part]
-    lengths = np.fromiter((len(w) for w, _ in flat), np.int64, count=len(flat))
-    blob = np.frombuffer(b"".join(w for w, _ in flat), np.uint8)
-    counts = np.fromiter((v for _, v in flat), np.int64, count=len(flat))
-    per_dest = np.array([len(part) for part in by], np.int64)
-    got_blob, got_lengths = exchange_bytes(comm, blob, lengths, per_dest)
-    got_values, per_source = comm.alltoallv(counts, per_dest)
-    data, at, out = got_blob.tobytes(), 0, []
-    for n in got_lengths.tolist():
-        out.append(data[at:at + n])
-        at += n
-    return out, got_values, per_source
+class PythonTable:
+    """phrases_kernel.cc's table and scans (native.PhraseTable's interface) in Python: the fallback, and what
+    the kernel is tested against. Strings are keyed (:func:`key`) when exported."""
+
+    def __init__(self):
+        self.counts, self.before, self.word = Counter(), NONE, b""
+
+    def start(self, before, word):
+        self.before, self.word = before, word
+
+    def count(self, block, drop_last):
+        words = 0
+        for t in _tokens(block, drop_last):
+            if t == NEWLINE:
+                self.before = AFTER_NEWLINE
+                continue
+            words += 1
+            self.counts[t] += 1
+            self.counts[pair(self.word, t)] += 1
+            self.before, self.word = AFTER_WORD, t
+        return words
+
+    def export(self):
+        self.order = list(self.counts)
+        keys = np.array([key(s) for s in self.order], np.uint64).reshape(-1, 2)
+        return keys, np.fromiter(self.counts.values(), np.int64, count=len(self.counts))
+
+    def set(self, counts):
+        self.counts = Counter(dict(zip(self.order, counts.tolist())))
+
+    def joinable(self, block, drop_last, min_count, threshold, words):
+        out = []
+        pa = self.counts[self.word] if self.before == AFTER_WORD else 0
+        for t in _tokens(block, drop_last):
+            if t == NEWLINE:
+                self.before = AFTER_NEWLINE
+                continue
+            pb, ok = self.counts[t], False
+            if self.before == AFTER_WORD and pa >= min_count and pb >= min_count:
+                pab = self.counts[pair(self.word, t)]
+                if pab >= min_count:
+                    score = np.float32(pab - min_count) / np.float32(pa) / np.float32(pb) * np.float32(words)
+                    ok = bool(score > np.float32(threshold))
+            out.append(ok)
+            self.before, self.word, pa = AFTER_WORD, t, pb
+        return np.array(out, bool)
+
+    def write(self, block, drop_last, joins):
+        marks = iter(joins.tolist())
+        return b"".join(t if t == NEWLINE else (b"_" if next(marks) else b" ") + t for t in _tokens(block, drop_last))
 
 
-def _ask(comm, table, words):
-    """The counts of ``words`` (distinct bytes) at their owners (``table``: this rank's {string: count}, those
-    below min_count gone; 0 where a string is not there), in the order asked. Collective."""
-    got, _, per_source = _send(comm, words, np.zeros(len(words), np.int64))
-    answers = np.fromiter((table.get(w, 0) for w in got), np.int64, count=len(got))
-    back, _ = comm.alltoallv(answers, per_source)
-    # the answers come back by owner, in the order each owner was asked: put them back in the asked order
-    order = sorted(range(len(words)), key=lambda i: owner(words[i], comm.size))
-    counts = np.zeros(len(words), np.int64)
+def table():
+    """The passes' table: phrases_kernel.cc's, else :class:`PythonTable`."""
+    lib = native.phrases_kernel()
+    return native.PhraseTable(lib) if lib is not None else PythonTable()
+
+
+def _route(comm, keys):
+    """The owner of each key (uint64[n, 2]), and the order that groups them by owner."""
+    owners = hash_owner(keys[:, 0], comm.size) if len(keys) else np.zeros(0, np.int64)
+    return owners, np.argsort(owners, kind="stable")
+
+
+def _as_void(keys):
+    """uint64[n, 2] keys as one 16-byte value each (sorted and searched bytewise)."""
+    return np.ascontiguousarray(keys).view(np.dtype((np.void, 16))).ravel()
+
+
+def _owned(comm, keys, counts, min_count):
+    """The keys this rank owns, summed over every rank's ``keys`` and ``counts``, those below ``min_count``
+    left out: (sorted void keys, their counts), word2phrase's table after its pruning. Collective."""
+    owners, order = _route(comm, keys)
+    per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
+    got, _ = comm.alltoallv(keys[order], per_dest)
+    got_counts, _ = comm.alltoallv(counts[order], per_dest)
+    unique, where = np.unique(_as_void(got), return_inverse=True)
+    sums = np.bincount(where.ravel(), got_counts, minlength=len(unique)).astype(np.int64)
+    kept = sums >= min_count
+    return unique[kept], sums[kept]
+
+
+def _ask(comm, owned, keys):
+    """The owners' sums of ``keys`` (uint64[n, 2]; 0 where a key is not kept), in the order asked. Collective."""
+    owners, order = _route(comm, keys)
+    per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
+    got, per_source = comm.alltoallv(keys[order], per_dest)
+    unique, sums = owned
+    asked = _as_void(got)
+    at = np.minimum(np.searchsorted(unique, asked), max(len(unique) - 1, 0))
+    answers = np.where(unique[at] == asked, sums[at], 0) if len(unique) else np.zeros(len(asked), np.int64)
+    back, _ = comm.alltoallv(answers.astype(np.int64), per_source)
+    counts = np.zeros(len(keys), np.int64)
     counts[order] = back
     return counts
 
 
 def _edges(comm, text, lo, hi, last):
-    """For every rank, the token its range ends on: None (no token), ``b"\\n"`` or a word. Collective."""
-    size, end = 4096, None
-    while True:  # read back from the range's end until a whole last token (and one before it) is seen
+    """For every rank, (the token its range ends on, its last word): None, ``b"\\n"`` or a word. Collective."""
+    size = 4096
+    while True:  # read back from the range's end until its last word is seen whole (or the range's start)
         start = max(lo, hi - size)
-        found = [t[:WORD_BYTES] for t in TOKEN.findall(text.read(start, hi).replace(b"\r", b""))]
-        if last:
-            found = found[:-1]
-        if start == lo or len(found) >= 2:
-            end = found[-1] if found else None
+        found = _tokens(text.read(start, hi), last)
+        whole = found if start == lo else found[1:]  # the first may be cut
+        words = [t for t in whole if t != NEWLINE]
+        if start == lo or words:
+            end = (whole[-1] if whole else None, words[-1] if words else None)
             break
         size *= 4
     return comm.allgather(end)
 
 
 def _before(edges, rank):
-    """The token before rank ``rank``'s first one (None at the text's start), and the word before it."""
+    """(The kind of token before rank ``rank``'s first one: NONE, AFTER_NEWLINE or AFTER_WORD; the word
+    before it, b"" at the text's start)."""
     token = word = None
-    for end in edges[:rank]:
-        if end is not None:
-            token = end
-            if end != b"\n":
-                word = end
-    return token, word
+    for end, last_word in edges[:rank]:
+        token = end if end is not None else token
+        word = last_word if last_word is not None else word
+    kind = NONE if token is None else AFTER_NEWLINE if token == NEWLINE else AFTER_WORD
+    return kind, word or b""
 
 
 def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
-    """word2phrase of the files ``paths`` (laid end to end) into the folder ``out`` (made here): each rank
-    writes ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined)."""
+    """word2phrase of the files ``paths`` (laid end to end) into the folder ``out``: each rank writes
+    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined)."""
     text = Text(paths)
     lo, hi = text.range_of(comm.rank, comm.size)
     last = hi == text.size and not text.ends_with_separator()
-    edges = _edges(comm, text, lo, hi, last)
-    token_before, word_before = _before(edges, comm.rank)
+    before = _before(_edges(comm, text, lo, hi, last), comm.rank)
+    passes = table()
 
     # word2phrase's first pass: every word and every pair of consecutive words (across line ends) counted
-    counts, words, prev = Counter(), 0, word_before if word_before is not None else b""
-    for block in tokens(text, lo, hi, last):
-        for t in block:
-            if t == b"\n":
-                continue
-            words += 1
-            counts[t] += 1
-            counts[pair(prev, t)] += 1
-            prev = t
-    total = comm.allreduce(words)
-    got, values, _ = _send(comm, list(counts), np.fromiter(counts.values(), np.int64, count=len(counts)))
-    del counts
-    table = Counter()
-    for w, v in zip(got, values.tolist()):
-        table[w] += v
-    table = {w: v for w, v in table.items() if v >= min_count}
-    say(f"phrases: {total:,} words; {comm.allreduce(len(table)):,} words and pairs of at least {min_count}")
+    passes.start(*before)
+    words = comm.allreduce(sum(passes.count(block, drop) for block, drop in text.blocks(lo, hi, last)))
+    keys, counts = passes.export()
+    owned = _owned(comm, keys, counts, min_count)
+    say(f"phrases: {words:,} words; {comm.allreduce(len(owned[0])):,} words and pairs of at least {min_count}")
 
-    # its second pass: a word may join the one before it where both and their pair are counted min_count
-    # times or more and the score passes the threshold; whether it does depends on the word before's join
-    blocks = list(_joinable(comm, text, lo, hi, last, table, token_before, total, min_count, threshold))
-    rounds = comm.allreduce(len(blocks), "max")
-    for _ in range(rounds - len(blocks)):  # every rank asks in every round
-        _ask(comm, table, [])
-    joinable = np.concatenate(blocks) if blocks else np.zeros(0, bool)
-    start = _carries(comm, joinable)
-    os.makedirs(out, exist_ok=True)
-    joined = 0
+    # its second: a word may join the one before it where both and their pair are counted min_count times
+    # or more and the score passes the threshold; whether it does depends on the word before's join
+    passes.set(_ask(comm, owned, keys))
+    del owned, keys, counts
+    passes.start(*before)
+    joinable = [passes.joinable(block, drop, min_count, np.float32(threshold), np.float32(words))
+                for block, drop in text.blocks(lo, hi, last)]
+    flags = np.concatenate(joinable) if joinable else np.zeros(0, bool)
+    joins = _joins(flags, _carry_in(comm, flags))
+
+    # and its output: each word after "_" where it joins the word before, else after " "
+    at = 0
     with open(os.path.join(out, PART.format(comm.rank)), "wb") as f:
-        flags, at = _joins(joinable, start), 0
-        for block in tokens(text, lo, hi, last):
-            pieces = []
-            for t in block:
-                if t == b"\n":
-                    pieces.append(t)
-                    continue
-                pieces.append((b"_" if flags[at] else b" ") + t)
-                joined += int(flags[at])
-                at += 1
-            f.write(b"".join(pieces))
-    return total, comm.allreduce(joined)
-
-
-def _joinable(comm, text, lo, hi, last, table, token_before, total, min_count, threshold):
-    """bool arrays, a block's words each: whether it would join the word before were that one not joined
-    itself. Collective: one round of questions to the owners a block."""
-    prev = token_before
-    threshold, total = np.float32(threshold), np.float32(total)
-    for block in tokens(text, lo, hi, last):
-        words = [t for t in block if t != b"\n"]
-        follows = []  # each word: the word right before it, or None (a newline or the text's start)
-        for t in block:
-            if t != b"\n":
-                follows.append(prev if prev not in (None, b"\n") else None)
-            prev = t
-        asked = sorted({*words, *(p for p in follows if p is not None),
-                        *(pair(p, w) for p, w in zip(follows, words) if p is not None)})
-        known = dict(zip(asked, _ask(comm, table, asked).tolist()))
-        out = np.zeros(len(words), bool)
-        for i, (p, w) in enumerate(zip(follows, words)):
-            if p is None:
-                continue
-            pa, pb, pab = known[p], known[w], known[pair(p, w)]
-            if pa < min_count or pb < min_count or pab < min_count:
-                continue
-            score = np.float32(pab - min_count) / np.float32(pa) / np.float32(pb) * total
-            out[i] = score > threshold
-        yield out
+        for (block, drop), block_flags in zip(text.blocks(lo, hi, last), joinable):
+            f.write(passes.write(block, drop, joins[at:at + len(block_flags)]))
+            at += len(block_flags)
+    return words, comm.allreduce(int(joins.sum()))
 
 
 def _joins(joinable, start):
-    """Which words join the word before: joinable and the word before not joined (``start``: whether the
-    word before the first was)."""
-    out = np.zeros(len(joinable), bool)
-    before = start
-    for i, can in enumerate(joinable.tolist()):
-        before = out[i] = can and not before
-    return out
+    """Which words join the word before: the joinable ones whose word before did not join (no chains of
+    three), ``start`` whether the word before the first did. In each run of joinable words every other
+    one joins, from the run's first (the run at 0 from its second where ``start``)."""
+    n = len(joinable)
+    if not n:
+        return joinable.copy()
+    at = np.arange(n)
+    first = np.maximum.accumulate(np.where(joinable & ~np.concatenate(([False], joinable[:-1])), at, 0))
+    even = (at - first) % 2 == 0
+    if start and joinable[0]:
+        run = n if joinable.all() else int(np.argmin(joinable))
+        even[:run] = ~even[:run]
+    return joinable & even
 
 
-def _carries(comm, joinable):
-    """Whether the word before this rank's first word joined its own predecessor: each rank's end, for
-    either start (an empty rank passes its start on), gathered, then run through from rank 0. Collective."""
+def _carry_in(comm, joinable):
+    """Whether the word before this rank's first word joined its own predecessor: each rank's end for either
+    start (an empty rank passes its start on), gathered, then run through from rank 0. Collective."""
     ends = (bool(_joins(joinable, False)[-1]), bool(_joins(joinable, True)[-1])) if len(joinable) else None
     carry = False
     for end in comm.allgather(ends)[:comm.rank]:

@@ -1,0 +1,219 @@
+// word2phrase's token passes (hvd_w2v/text/phrases.py), compiled: one rank's table of the words and pairs it
+// reads, keyed by a 128-bit hash of each string, and three scans of a block of text in word2phrase.c's
+// tokens (space, tab and newline separate; a carriage return is dropped; a newline is a token; a word keeps
+// its first WORD_BYTES bytes; a pair's string ``a_b`` its first PAIR_BYTES):
+//   hvd_w2v_phrases_count: each word and each pair of consecutive words (across line ends) counted;
+//   hvd_w2v_phrases_joinable: whether each word may join the word before (its counts and the score);
+//   hvd_w2v_phrases_write: the output, each word after '_' or ' '.
+// The state between blocks (and from the rank before: hvd_w2v_phrases_start) is the token before and the
+// word before. A token that reaches the end of a block with ``drop_last`` set is left out (word2phrase loses
+// a last token with no separator after it). Called through ctypes by hvd_w2v/kernels/native.py.
+//
+// The key: phrases.py's key() computes the same two 64-bit hashes (the fallback, and the tests' check).
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int WORD_BYTES = 58, PAIR_BYTES = 59;
+
+inline uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+struct Key {
+  uint64_t a, b;  // b is odd: (0, 0) marks an empty slot
+};
+
+// Two hashes of the bytes: FNV-1a's and a multiply-add's, each finalised, the second made odd.
+inline Key key(const unsigned char* p, int64_t n) {
+  uint64_t a = 0xCBF29CE484222325ULL, b = static_cast<uint64_t>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a = (a ^ p[i]) * 0x100000001B3ULL;
+    b = b * 0x9E3779B97F4A7C15ULL + p[i] + 1;
+  }
+  return Key{mix(a), mix(b) | 1};
+}
+
+struct Table {
+  std::vector<Key> keys;
+  std::vector<int64_t> counts;
+  int64_t used = 0;
+  // the scans' state: the token before (0 none, 1 a newline, 2 a word) and the word before
+  int before = 0;
+  std::string word;
+
+  Table() : keys(1 << 16, Key{0, 0}), counts(1 << 16, 0) {}
+
+  int64_t slot(Key k) const {  // k's slot, or the empty one where it would go
+    const uint64_t mask = keys.size() - 1;
+    for (uint64_t s = k.a & mask;; s = (s + 1) & mask)
+      if ((keys[s].a == k.a && keys[s].b == k.b) || keys[s].b == 0) return static_cast<int64_t>(s);
+  }
+  void add(Key k) {
+    int64_t s = slot(k);
+    if (keys[s].b == 0) {
+      keys[s] = k, ++used;
+      if (2 * used > static_cast<int64_t>(keys.size())) grow(), s = slot(k);
+    }
+    ++counts[s];
+  }
+  int64_t count(Key k) const {
+    const int64_t s = slot(k);
+    return keys[s].b ? counts[s] : 0;
+  }
+  void grow() {  // twice the slots, the entries placed anew
+    std::vector<Key> old_keys(keys.size() * 2, Key{0, 0});
+    std::vector<int64_t> old_counts(keys.size() * 2, 0);
+    old_keys.swap(keys), old_counts.swap(counts);  // (now the old ones)
+    for (size_t s = 0; s < old_keys.size(); ++s)
+      if (old_keys[s].b) {
+        const int64_t t = slot(old_keys[s]);
+        keys[t] = old_keys[s], counts[t] = old_counts[s];
+      }
+  }
+};
+
+// The pair string of the word before and ``w`` (n bytes), cut to PAIR_BYTES, into ``out``; its length.
+inline int64_t pair(const std::string& before, const unsigned char* w, int64_t n, unsigned char* out) {
+  int64_t m = 0;
+  for (size_t i = 0; i < before.size() && m < PAIR_BYTES; ++i) out[m++] = before[i];
+  if (m < PAIR_BYTES) out[m++] = '_';
+  for (int64_t i = 0; i < n && m < PAIR_BYTES; ++i) out[m++] = w[i];
+  return m;
+}
+
+// Calls ``each(kind, word, length)`` for the tokens of text[0, n): kind 1 a newline, 2 a word (its first
+// WORD_BYTES bytes, carriage returns dropped); a token cut by the end is left out with ``drop_last``.
+template <class Each>
+void scan(const unsigned char* text, int64_t n, bool drop_last, Each&& each) {
+  unsigned char word[WORD_BYTES];
+  int64_t length = 0;
+  bool in_word = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const unsigned char c = text[i];
+    if (c == '\r') continue;
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) each(2, word, length), in_word = false, length = 0;
+      if (c == '\n') each(1, word, 0);
+      continue;
+    }
+    in_word = true;
+    if (length < WORD_BYTES) word[length++] = c;
+  }
+  if (in_word && !drop_last) each(2, word, length);
+}
+
+}  // namespace
+
+extern "C" {
+
+void* hvd_w2v_phrases_new() { return new Table(); }
+
+void hvd_w2v_phrases_free(void* t) { delete static_cast<Table*>(t); }
+
+// The state before the next block: the token before (0 none, 1 a newline, 2 a word) and the word before
+// (``n`` bytes; "" before the text's first word).
+void hvd_w2v_phrases_start(void* t, int64_t before, const unsigned char* word, int64_t n) {
+  Table& T = *static_cast<Table*>(t);
+  T.before = static_cast<int>(before);
+  T.word.assign(reinterpret_cast<const char*>(word), n);
+}
+
+// word2phrase's first pass over a block: each word and its pair with the word before counted. Returns the
+// words.
+int64_t hvd_w2v_phrases_count(void* t, const unsigned char* text, int64_t n, int64_t drop_last) {
+  Table& T = *static_cast<Table*>(t);
+  unsigned char joined[PAIR_BYTES];
+  int64_t words = 0;
+  scan(text, n, drop_last, [&](int kind, const unsigned char* w, int64_t m) {
+    T.before = kind;
+    if (kind == 1) return;
+    ++words;
+    T.add(key(w, m));
+    T.add(key(joined, pair(T.word, w, m, joined)));
+    T.word.assign(reinterpret_cast<const char*>(w), m);
+  });
+  return words;
+}
+
+int64_t hvd_w2v_phrases_size(void* t) { return static_cast<Table*>(t)->used; }
+
+// The table's keys (two uint64 each) and counts, in slot order.
+void hvd_w2v_phrases_export(void* t, uint64_t* keys, int64_t* counts) {
+  const Table& T = *static_cast<Table*>(t);
+  int64_t e = 0;
+  for (size_t s = 0; s < T.keys.size(); ++s)
+    if (T.keys[s].b) keys[2 * e] = T.keys[s].a, keys[2 * e + 1] = T.keys[s].b, counts[e++] = T.counts[s];
+}
+
+// The counts, in export order, that the table holds from now on (the owners' sums).
+void hvd_w2v_phrases_set(void* t, const int64_t* counts) {
+  Table& T = *static_cast<Table*>(t);
+  int64_t e = 0;
+  for (size_t s = 0; s < T.keys.size(); ++s)
+    if (T.keys[s].b) T.counts[s] = counts[e++];
+}
+
+// word2phrase's second pass over a block: out[i] = 1 where word i may join the word before: that one is the
+// token right before it, and both words and their pair are counted at least min_count times, and
+// (count(ab) - min_count) / count(a) / count(b) x words passes the threshold, in float32 as word2phrase.c
+// computes it. Returns the words.
+int64_t hvd_w2v_phrases_joinable(void* t, const unsigned char* text, int64_t n, int64_t drop_last, int64_t min_count,
+                                 float threshold, float words_f, uint8_t* out) {
+  Table& T = *static_cast<Table*>(t);
+  unsigned char joined[PAIR_BYTES];
+  int64_t words = 0, pa = T.before == 2 ? T.count(key(reinterpret_cast<const unsigned char*>(T.word.data()),
+                                                         static_cast<int64_t>(T.word.size()))) : 0;
+  scan(text, n, drop_last, [&](int kind, const unsigned char* w, int64_t m) {
+    if (kind == 1) {
+      T.before = 1;
+      return;
+    }
+    const int64_t pb = T.count(key(w, m));
+    bool ok = false;
+    if (T.before == 2 && pa >= min_count && pb >= min_count) {
+      const int64_t pab = T.count(key(joined, pair(T.word, w, m, joined)));
+      if (pab >= min_count) {
+        const float score = static_cast<float>(pab - min_count) / static_cast<float>(pa) / static_cast<float>(pb) *
+                            words_f;
+        ok = score > threshold;
+      }
+    }
+    out[words++] = ok;
+    T.before = 2, pa = pb;
+    T.word.assign(reinterpret_cast<const char*>(w), m);
+  });
+  return words;
+}
+
+// word2phrase's output of a block: a newline as it is, each word after '_' where joins[i] (word i joins the
+// word before), else after ' '. ``out`` holds 2 n bytes; returns the bytes written.
+int64_t hvd_w2v_phrases_write(const unsigned char* text, int64_t n, int64_t drop_last, const uint8_t* joins,
+                              unsigned char* out) {
+  int64_t at = 0, words = 0;
+  scan(text, n, drop_last, [&](int kind, const unsigned char* w, int64_t m) {
+    if (kind == 1) {
+      out[at++] = '\n';
+      return;
+    }
+    out[at++] = joins[words++] ? '_' : ' ';
+    std::memcpy(out + at, w, m);
+    at += m;
+  });
+  return at;
+}
+
+// key() of a string, for the tests.
+void hvd_w2v_phrases_key(const unsigned char* p, int64_t n, uint64_t* out) {
+  const Key k = key(p, n);
+  out[0] = k.a, out[1] = k.b;
+}
+
+}  // extern "C"
