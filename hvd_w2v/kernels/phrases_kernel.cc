@@ -18,6 +18,7 @@
 namespace {
 
 constexpr int WORD_BYTES = 58, PAIR_BYTES = 59;
+constexpr size_t AHEAD = 16;  // keys whose slots are asked of the memory ahead of their turn
 
 inline uint64_t mix(uint64_t x) {  // splitmix64's finaliser
   x ^= x >> 30;
@@ -51,18 +52,27 @@ struct Table {
 
   Table() : keys(1 << 16, Key{0, 0}), counts(1 << 16, 0) {}
 
+  void prefetch(Key k) const { __builtin_prefetch(&keys[k.a & (keys.size() - 1)]); }
   int64_t slot(Key k) const {  // k's slot, or the empty one where it would go
     const uint64_t mask = keys.size() - 1;
     for (uint64_t s = k.a & mask;; s = (s + 1) & mask)
       if ((keys[s].a == k.a && keys[s].b == k.b) || keys[s].b == 0) return static_cast<int64_t>(s);
   }
-  void add(Key k) {
+  void add(Key k, int64_t n = 1) {
     int64_t s = slot(k);
     if (keys[s].b == 0) {
       keys[s] = k, ++used;
       if (2 * used > static_cast<int64_t>(keys.size())) grow(), s = slot(k);
     }
-    ++counts[s];
+    counts[s] += n;
+  }
+  // Adds each of ``ks``: a slot asked of the memory AHEAD keys before it is needed, so that the misses of a
+  // table far larger than the caches overlap instead of each waiting in turn.
+  void add_all(const std::vector<Key>& ks) {
+    for (size_t i = 0; i < ks.size(); ++i) {
+      if (i + AHEAD < ks.size()) prefetch(ks[i + AHEAD]);
+      add(ks[i]);
+    }
   }
   int64_t count(Key k) const {
     const int64_t s = slot(k);
@@ -131,16 +141,17 @@ void hvd_w2v_phrases_start(void* t, int64_t before, const unsigned char* word, i
 int64_t hvd_w2v_phrases_count(void* t, const unsigned char* text, int64_t n, int64_t drop_last) {
   Table& T = *static_cast<Table*>(t);
   unsigned char joined[PAIR_BYTES];
-  int64_t words = 0;
+  std::vector<Key> seen;  // the block's keys, a word's then its pair's, added once all are known
+  seen.reserve(n / 3 + 2);
   scan(text, n, drop_last, [&](int kind, const unsigned char* w, int64_t m) {
     T.before = kind;
     if (kind == 1) return;
-    ++words;
-    T.add(key(w, m));
-    T.add(key(joined, pair(T.word, w, m, joined)));
+    seen.push_back(key(w, m));
+    seen.push_back(key(joined, pair(T.word, w, m, joined)));
     T.word.assign(reinterpret_cast<const char*>(w), m);
   });
-  return words;
+  T.add_all(seen);
+  return static_cast<int64_t>(seen.size() / 2);
 }
 
 int64_t hvd_w2v_phrases_size(void* t) { return static_cast<Table*>(t)->used; }
@@ -169,27 +180,40 @@ int64_t hvd_w2v_phrases_joinable(void* t, const unsigned char* text, int64_t n, 
                                  float threshold, float words_f, uint8_t* out) {
   Table& T = *static_cast<Table*>(t);
   unsigned char joined[PAIR_BYTES];
-  int64_t words = 0, pa = T.before == 2 ? T.count(key(reinterpret_cast<const unsigned char*>(T.word.data()),
-                                                         static_cast<int64_t>(T.word.size()))) : 0;
+  // First every word's key and its pair's (none where the token before is not a word), then their counts
+  // looked up with the slots asked of the memory ahead (Table::add_all's reason), then the scores.
+  std::vector<Key> seen;
+  seen.reserve(n / 3 + 2);
+  const bool after_word = T.before == 2;
+  if (after_word)
+    seen.push_back(key(reinterpret_cast<const unsigned char*>(T.word.data()), static_cast<int64_t>(T.word.size())));
   scan(text, n, drop_last, [&](int kind, const unsigned char* w, int64_t m) {
     if (kind == 1) {
       T.before = 1;
       return;
     }
-    const int64_t pb = T.count(key(w, m));
-    bool ok = false;
-    if (T.before == 2 && pa >= min_count && pb >= min_count) {
-      const int64_t pab = T.count(key(joined, pair(T.word, w, m, joined)));
-      if (pab >= min_count) {
-        const float score = static_cast<float>(pab - min_count) / static_cast<float>(pa) / static_cast<float>(pb) *
-                            words_f;
-        ok = score > threshold;
-      }
-    }
-    out[words++] = ok;
-    T.before = 2, pa = pb;
+    seen.push_back(key(w, m));
+    seen.push_back(T.before == 2 ? key(joined, pair(T.word, w, m, joined)) : Key{0, 0});
+    T.before = 2;
     T.word.assign(reinterpret_cast<const char*>(w), m);
   });
+  std::vector<int64_t> counts(seen.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (i + AHEAD < seen.size() && seen[i + AHEAD].b) T.prefetch(seen[i + AHEAD]);
+    counts[i] = seen[i].b ? T.count(seen[i]) : -1;  // -1: the token before is not a word
+  }
+  int64_t words = 0, pa = after_word ? counts[0] : 0;
+  for (size_t i = after_word; i < seen.size(); i += 2) {
+    const int64_t pb = counts[i], pab = counts[i + 1];
+    bool ok = false;
+    if (pab >= min_count && pa >= min_count && pb >= min_count) {  // (pab -1: no word before)
+      const float score = static_cast<float>(pab - min_count) / static_cast<float>(pa) / static_cast<float>(pb) *
+                          words_f;
+      ok = score > threshold;
+    }
+    out[words++] = ok;
+    pa = pb;
+  }
   return words;
 }
 
