@@ -136,7 +136,7 @@ def cmd_train(args):
                              final_checkpoint=args.final_checkpoint, resume=args.resume,
                              overwrite=args.overwrite, format=args.format,
                              quiet=args.quiet, tensorboard=args.tensorboard, read_vocab=args.read_vocab,
-                             update=args.update, **vars(config_from(args)))
+                             update=args.update, phrases=args.phrases, **vars(config_from(args)))
     except checkpoint.Interrupted:
         return checkpoint.EXIT_INTERRUPTED
     run.comm.watch.enter("query")
@@ -478,6 +478,10 @@ def parser():
                    help="go on training the finished run in --out on this corpus, new text: counts summed, its "
                         "words' rows kept, new words of at least --min-count added, the learning rate from "
                         "--alpha again; the earlier run moves to --out/history/ (gensim's build_vocab(update=True))")
+    t.add_argument("--phrases", type=int, default=0, metavar="N",
+                   help="first N passes of word2phrase (hvd-w2v phrases, threshold 100, this --min-count) into "
+                        "OUT/phrases/pass-K, the last one trained on: pairs joined by the first, phrases of up to "
+                        "four words by the second (default: %(default)s)")
     t.set_defaults(func=cmd_train)
 
     v = _command(sub, "vocab", "count the corpus and write vocab.txt (word count, most frequent first)", [

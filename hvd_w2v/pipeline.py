@@ -48,7 +48,7 @@ class Run:
 
 def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max_memory_per_rank=None,
           checkpoint_every=30.0, final_checkpoint=True, resume=False, overwrite=False, format=FORMATS,
-          quiet=False, tensorboard=None, read_vocab=None, update=False, **config):
+          quiet=False, tensorboard=None, read_vocab=None, update=False, phrases=0, **config):
     """Train word2vec on the ranks of this job and write the run folder ``out``; returns a :class:`Run`.
 
     ``corpus``: a path or a list of them: text files, plain or .gz, or folders of them (corpus.files_of: their
@@ -79,7 +79,10 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
       build_vocab(update=True) then train): the counts of both texts summed, the run's words kept with their
       rows, this text's words of at least ``min_count`` added with fresh rows, the learning rate from ``alpha``
       again over this text's epochs. The earlier run's checkpoints, vectors and vocab.txt move to
-      OUT/history/run-N/ and run.json's ``history`` keeps its record; any rank count, either mode.
+      OUT/history/run-N/ and run.json's ``history`` keeps its record; any rank count, either mode;
+    - ``phrases``: first that many passes of word2phrase (:func:`phrases`, its threshold; ``min_count`` the
+      run's) into OUT/phrases/pass-K, each on the one before, the last one trained on: pairs of words joined
+      by the first pass, phrases of up to four words by the second.
 
     One job per run folder: rank 0 holds ``out``'s lock (hvd_w2v/store/runlock.py) from before anything is written
     to the end, and another job into ``out`` is refused naming it. What the run prepares (vocab.txt, ids/) is
@@ -122,13 +125,13 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
     lock = hold(saver.comm, out, "train", resume=resume or update, overwrite=overwrite)
     try:
         return _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet,
-                      tensorboard, read_vocab, update)
+                      tensorboard, read_vocab, update, phrases)
     finally:
         release(saver.comm, lock, out)
 
 
 def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet, tensorboard,
-           read_vocab, update):
+           read_vocab, update, phrases=0):
     """:func:`train` once ``out``'s lock is held."""
     from .parallel.watchdog import io_budget
     from .store import checkpoint
@@ -148,6 +151,8 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         # (and when it is rank 0, removes the lock: a stalled job ends with MPI_Abort, past every finally)
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
+    if phrases:
+        corpus = _phrased(comm, corpus or default_corpus(comm), out, phrases, cfg.min_count, quiet)
     paths, voc, cfg, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
                                           tensorboard=tensorboard, read_vocab=read_vocab,
                                           previous=os.path.join(out, "vocab.txt") if update else None)
@@ -221,23 +226,29 @@ def phrases(corpus, out, *, min_count=5, threshold=100.0, overwrite=False, threa
     ``threshold`` joined by ``_`` in the text of ``corpus`` (files or folders, laid end to end as ``cat``
     would; plain text), written into the folder ``out`` as ``part.RRRRR.txt``, a file a rank, whose
     concatenation in name order is word2phrase's output byte for byte (text/phrases.py), with a summary in
-    ``out/.phrases.json``. ``out`` is then a corpus for ``train`` or another pass (three-word phrases). A
-    folder that already holds parts is refused without ``overwrite``. Collective. Returns the summary dict."""
+    ``out/.phrases.json``. ``out`` is then a corpus for ``train`` or another pass (phrases of three and four
+    words). A folder that already holds parts is refused without ``overwrite``. Collective. Returns the
+    summary (a dict)."""
+    comm = start(None, threads, stall_timeout)
+    return phrase_pass(comm, corpus, out, min_count, threshold, overwrite, quiet)
+
+
+def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False, quiet=False):
+    """:func:`phrases` on ``comm``: its parts written into OUT/.staging-phrases, then moved into ``out`` in
+    place of any earlier ones. Collective."""
     import json
     import shutil
 
     from .common.errors import UserError
     from .parallel.comm import log
     from .text import phrases as phrasing
+    from .text.corpus import check_files
 
-    comm = start(None, threads, stall_timeout)
     say = (lambda m: None) if quiet else (lambda m: log(comm, m))
     if not (min_count >= 1 and threshold == threshold):
         raise UserError(f"phrases: --min-count must be at least 1 and --threshold a number, got {min_count}, "
                         f"{threshold}")
     paths = corpus_files(comm, [corpus] if isinstance(corpus, str) else list(corpus), say)
-    from .text.corpus import check_files
-
     check_files(paths)
     if any(p.endswith(".gz") for p in paths):
         raise UserError("phrases reads plain text files: gunzip the .gz ones first")
@@ -275,9 +286,29 @@ def phrases(corpus, out, *, min_count=5, threshold=100.0, overwrite=False, threa
         except OSError as e:
             error = f"cannot move {stage} into {out}: {e.strerror}"
     comm.agree(error)
-    say(f"done: {words:,} words, {pairs:,} pairs joined, in {seconds:.1f} s ({words / max(seconds, 1e-9):,.0f} "
+    say(f"phrases: {words:,} words, {pairs:,} pairs joined, in {seconds:.1f} s ({words / max(seconds, 1e-9):,.0f} "
         f"words/s) -> {out}")
     return summary
+
+
+def _phrased(comm, corpus, out, passes, min_count, quiet):
+    """train's ``phrases``: ``passes`` of word2phrase (its threshold, 100; ``min_count`` the run's) into
+    OUT/phrases/pass-K, each on the one before; a pass that a resumed run finds done (its summary written,
+    on the same corpus) is kept. Returns the corpus to train on (a list of paths). Collective."""
+    import json
+
+    for k in range(1, passes + 1):
+        folder = os.path.join(out, "phrases", f"pass-{k}")
+        done = None
+        if comm.rank == 0 and os.path.exists(os.path.join(folder, ".phrases.json")):
+            with open(os.path.join(folder, ".phrases.json")) as f:
+                done = json.load(f)
+        done = comm.broadcast(done)
+        wanted = corpus_files(comm, [corpus] if isinstance(corpus, str) else list(corpus), lambda m: None)
+        if not (done and done["corpus"] == wanted and done["min_count"] == min_count):
+            phrase_pass(comm, corpus, folder, min_count, overwrite=True, quiet=quiet)
+        corpus = [folder]
+    return corpus
 
 
 def unknown_options(config):

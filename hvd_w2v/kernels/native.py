@@ -608,8 +608,9 @@ class PhraseTable:
             self.lib.hvd_w2v_phrases_free(self.handle)
 
     def start(self, before, word):
-        """The token before the next block (0 none, 1 a newline, 2 a word) and the word before (bytes)."""
-        self.lib.hvd_w2v_phrases_start(self.handle, before, word, len(word))
+        """The token before the next block (0 none, 1 a newline, 2 a word) and the word before (bytes, or None:
+        the text's first word is next)."""
+        self.lib.hvd_w2v_phrases_start(self.handle, before, word or b"", -1 if word is None else len(word))
 
     def count(self, block, drop_last):
         return self.lib.hvd_w2v_phrases_count(self.handle, block, len(block), int(drop_last))

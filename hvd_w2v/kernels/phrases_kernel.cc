@@ -46,8 +46,9 @@ struct Table {
   std::vector<Key> keys;
   std::vector<int64_t> counts;
   int64_t used = 0;
-  // the scans' state: the token before (0 none, 1 a newline, 2 a word) and the word before
+  // the scans' state: the token before (0 none, 1 a newline, 2 a word) and the word before, if any
   int before = 0;
+  bool has_word = false;
   std::string word;
 
   Table() : keys(1 << 16, Key{0, 0}), counts(1 << 16, 0) {}
@@ -129,29 +130,33 @@ void* hvd_w2v_phrases_new() { return new Table(); }
 void hvd_w2v_phrases_free(void* t) { delete static_cast<Table*>(t); }
 
 // The state before the next block: the token before (0 none, 1 a newline, 2 a word) and the word before
-// (``n`` bytes; "" before the text's first word).
+// (``n`` bytes; n < 0: none, the text's first word is next).
 void hvd_w2v_phrases_start(void* t, int64_t before, const unsigned char* word, int64_t n) {
   Table& T = *static_cast<Table*>(t);
   T.before = static_cast<int>(before);
-  T.word.assign(reinterpret_cast<const char*>(word), n);
+  T.has_word = n >= 0;
+  T.word.assign(reinterpret_cast<const char*>(word), n >= 0 ? n : 0);
 }
 
-// word2phrase's first pass over a block: each word and its pair with the word before counted. Returns the
-// words.
+// word2phrase's first pass over a block: each word and its pair with the word before counted (the text's
+// first word has none: word2phrase.c pairs it with an uninitialised buffer, a string no text holds). Returns
+// the words.
 int64_t hvd_w2v_phrases_count(void* t, const unsigned char* text, int64_t n, int64_t drop_last) {
   Table& T = *static_cast<Table*>(t);
   unsigned char joined[PAIR_BYTES];
   std::vector<Key> seen;  // the block's keys, a word's then its pair's, added once all are known
   seen.reserve(n / 3 + 2);
+  int64_t words = 0;
   scan(text, n, drop_last, [&](int kind, const unsigned char* w, int64_t m) {
     T.before = kind;
     if (kind == 1) return;
+    ++words;
     seen.push_back(key(w, m));
-    seen.push_back(key(joined, pair(T.word, w, m, joined)));
-    T.word.assign(reinterpret_cast<const char*>(w), m);
+    if (T.has_word) seen.push_back(key(joined, pair(T.word, w, m, joined)));
+    T.word.assign(reinterpret_cast<const char*>(w), m), T.has_word = true;
   });
   T.add_all(seen);
-  return static_cast<int64_t>(seen.size() / 2);
+  return words;
 }
 
 int64_t hvd_w2v_phrases_size(void* t) { return static_cast<Table*>(t)->used; }
@@ -195,7 +200,7 @@ int64_t hvd_w2v_phrases_joinable(void* t, const unsigned char* text, int64_t n, 
     seen.push_back(key(w, m));
     seen.push_back(T.before == 2 ? key(joined, pair(T.word, w, m, joined)) : Key{0, 0});
     T.before = 2;
-    T.word.assign(reinterpret_cast<const char*>(w), m);
+    T.word.assign(reinterpret_cast<const char*>(w), m), T.has_word = true;
   });
   std::vector<int64_t> counts(seen.size());
   for (size_t i = 0; i < seen.size(); ++i) {

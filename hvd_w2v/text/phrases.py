@@ -18,8 +18,9 @@ word2phrase's rules, kept because its output is what users compare with:
 - only space, tab and newline separate words; a carriage return is dropped wherever it stands; a newline is
   a token of its own, written back as it is; a word keeps its first WORD_BYTES bytes and a pair's string its
   first PAIR_BYTES; a last token with no separator after it is neither counted nor written;
-- a pair is counted across line ends (the last word of a line and the first of the next) and the first word
-  of the text pairs with an empty word; but a word after a newline is never joined;
+- a pair is counted across line ends (the last word of a line and the first of the next; the text's first
+  word pairs with word2phrase.c's uninitialised buffer, a string no text holds: no pair here), but a word
+  after a newline is never joined;
 - a word joined to the one before it is not joined to the next (no chains of three: run it again for them),
   so a rank's joins depend on whether the rank before ended on a join: each rank says what it would end on
   either way (two states), and each learns its own start from the ranks before it (:func:`_carry_in`).
@@ -151,7 +152,7 @@ class PythonTable:
     the kernel is tested against. Strings are keyed (:func:`key`) when exported."""
 
     def __init__(self):
-        self.counts, self.before, self.word = Counter(), NONE, b""
+        self.counts, self.before, self.word = Counter(), NONE, None
 
     def start(self, before, word):
         self.before, self.word = before, word
@@ -164,7 +165,8 @@ class PythonTable:
                 continue
             words += 1
             self.counts[t] += 1
-            self.counts[pair(self.word, t)] += 1
+            if self.word is not None:  # (the text's first word has no pair)
+                self.counts[pair(self.word, t)] += 1
             self.before, self.word = AFTER_WORD, t
         return words
 
@@ -260,13 +262,13 @@ def _edges(comm, text, lo, hi, last):
 
 def _before(edges, rank):
     """(The kind of token before rank ``rank``'s first one: NONE, AFTER_NEWLINE or AFTER_WORD; the word
-    before it, b"" at the text's start)."""
+    before it, None at the text's start)."""
     token = word = None
     for end, last_word in edges[:rank]:
         token = end if end is not None else token
         word = last_word if last_word is not None else word
     kind = NONE if token is None else AFTER_NEWLINE if token == NEWLINE else AFTER_WORD
-    return kind, word or b""
+    return kind, word
 
 
 def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
