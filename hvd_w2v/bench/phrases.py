@@ -33,12 +33,12 @@ import time
 import numpy as np
 
 from ..common.wording import counted
+from ..text.phrases import Text
 from . import ROOT, checkout_env
 from .throughput import one_core, prepare_corpus
 
 BLOCK = 1 << 24  # bytes read at a time
 WORD_START = re.compile(rb"[ \t\n][^ \t\n]")
-DONE = re.compile(r"done: [\d,]+ words, [\d,]+ pairs joined, in ([\d.]+) s")
 
 
 def build(peers, out):
@@ -75,7 +75,7 @@ def run_word2phrase(binary, corpus, out):
 
 def run_hvd(corpus, ranks, threads, dest):
     """`hvd-w2v phrases` through mpi/launch into the folder ``dest``: (its summary dict, wall clock seconds,
-    its own seconds: its summary's, else its summary line's, else None)."""
+    its own seconds: its summary's)."""
     cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads",
            str(threads), "--timeout", "3600", "hvd-w2v", "phrases", corpus, "--out", dest, "--overwrite"]
     t = time.monotonic()
@@ -84,17 +84,9 @@ def run_hvd(corpus, ranks, threads, dest):
     text = done.stdout + done.stderr
     if done.returncode:
         raise SystemExit(f"hvd-w2v phrases failed at {ranks}x{threads}:\n{text[-3000:]}")
-    got, line = summary(dest), DONE.search(text)
-    return got, seconds, got.get("seconds", float(line.group(1)) if line else None)
-
-
-def summary(dest):
-    """The summary hvd-w2v phrases wrote into ``dest`` (phrases.json, or .phrases.json)."""
-    for name in ("phrases.json", ".phrases.json"):
-        if os.path.exists(os.path.join(dest, name)):
-            with open(os.path.join(dest, name)) as f:
-                return json.load(f)
-    raise SystemExit(f"hvd-w2v phrases wrote no phrases.json into {dest}")
+    with open(os.path.join(dest, ".phrases.json")) as f:
+        got = json.load(f)
+    return got, seconds, got["seconds"]
 
 
 def parts(dest):
@@ -124,20 +116,6 @@ def joins(path, words):
     return words - spaces
 
 
-def read_range(paths, lo, hi):
-    """Bytes ``[lo, hi)`` of the files ``paths`` laid end to end."""
-    out, start = [], 0
-    for path in paths:
-        size = os.path.getsize(path)
-        a, b = max(lo, start), min(hi, start + size)
-        if a < b:
-            with open(path, "rb") as f:
-                f.seek(a - start)
-                out.append(f.read(b - a))
-        start += size
-    return b"".join(out)
-
-
 def first_difference(expected, paths):
     """None when the files ``paths`` laid end to end hold the bytes of the file ``expected``; else the offset of
     the first byte that differs (the shorter one's size when one is the start of the other)."""
@@ -161,8 +139,8 @@ def check(expected, dest, expected_pairs, pairs):
     found = parts(dest)
     at = first_difference(expected, found)
     if at is not None:
-        return (f"differ at byte {at:,}: word2phrase {read_range([expected], at - 40, at + 40)!r}, "
-                f"hvd-w2v {read_range(found, at - 40, at + 40)!r}")
+        return (f"differ at byte {at:,}: word2phrase {Text([expected]).read(at - 40, at + 40)!r}, "
+                f"hvd-w2v {Text(found).read(at - 40, at + 40)!r}")
     if pairs != expected_pairs:
         return f"identical bytes, but {pairs:,} pairs in its summary, {expected_pairs:,} joined"
     return "identical"
@@ -186,8 +164,8 @@ def main(argv=None):
     p.add_argument("--layouts", default="1x1,1x2,2x1",
                    help="hvd-w2v's rows, RANKSxTHREADS, comma-separated (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--peers", default="/work/shared/peers/word2vec", help="the folder of word2phrase.c "
-                                                                           "(default: %(default)s)")
+    p.add_argument("--peers", default=os.path.join(os.path.dirname(ROOT), "shared", "peers", "word2vec"),
+                   help="the folder of word2phrase.c (default: ../shared/peers/word2vec beside the checkout)")
     p.add_argument("--out", default=os.path.join("runs", "phrases"))
     args = p.parse_args(argv)
     rows = layouts(args.layouts)
