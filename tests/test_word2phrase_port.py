@@ -1,5 +1,5 @@
 """tests/word2phrase.py (the pure-Python port) against word2vec.c's word2phrase itself, built here with gcc from
-/work/shared/peers/word2vec/word2phrase.c: the same output bytes on a synthetic text made to hit its quirks,
+../shared/peers/word2vec/word2phrase.c beside the checkout: the same output bytes on a synthetic text made to hit its quirks,
 and on tiny edge inputs. Skipped when the source or gcc is missing (the product needs neither).
 
 word2phrase fills a 500M-entry hash table (2 GB) twice a run, whatever the text: it runs as it is on the
@@ -15,7 +15,8 @@ import pytest
 
 import word2phrase
 
-SOURCE = "/work/shared/peers/word2vec/word2phrase.c"
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "peers",
+                      "word2vec", "word2phrase.c")
 TABLE = "const int vocab_hash_size = 500000000;"
 
 
