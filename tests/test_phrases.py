@@ -50,20 +50,22 @@ def text(tmp_path_factory):
     return str(path)
 
 
-def run(text, out, nranks, *options, env=None):
+def run(text, out, nranks, *options, env=None, threads=1):
     result = launch(nranks, ["hvd-w2v", "phrases", text, "--out", out, "--min-count", "3", "--threshold", "20",
-                             *options], timeout=120, env=env)
+                             *options], timeout=120, env=env, threads=threads)
     assert result.ok, result.output[-3000:]
     parts = sorted(n for n in os.listdir(out) if n.startswith("part."))
     assert len(parts) == nranks
     return b"".join(open(os.path.join(out, n), "rb").read() for n in parts)
 
 
-@pytest.mark.parametrize("nranks, env", [(1, None), (3, None), (2, {"HVD_W2V_KERNEL": "python"})],
-                         ids=["1-rank", "3-ranks", "2-ranks-python"])
-def test_the_output_is_word2phrase_s_on_any_rank_count(text, tmp_path, nranks, env):
+@pytest.mark.parametrize("nranks, threads, env", [(3, 1, None), (1, 3, None), (1, 2, {"HVD_W2V_KERNEL": "python"})],
+                         ids=["3x1", "1x3", "1x2-python"])
+def test_the_output_is_word2phrase_s_on_any_layout(text, tmp_path, nranks, threads, env):
+    """Ranks and threads cut the text (into 3, the cuts fall inside runs of joinable words, where a part's joins
+    follow the part before's, on the rank before or on its own); the compiled passes and the Python ones."""
     want = word2phrase(open(text, "rb").read(), min_count=3, threshold=20.0)
-    got = run(text, str(tmp_path / "out"), nranks, env=env)
+    got = run(text, str(tmp_path / "out"), nranks, env=env, threads=threads)
     assert got == want
     summary = json.load(open(tmp_path / "out" / ".phrases.json"))
     joined = summary["pairs"]

@@ -23,7 +23,7 @@ word2phrase's rules, kept because its output is what users compare with:
   after a newline is never joined;
 - a word joined to the one before it is not joined to the next (no chains of three: run it again for them),
   so a rank's joins depend on whether the rank before ended on a join: each rank says what it would end on
-  either way (two states), and each learns its own start from the ranks before it (:func:`_carry_in`).
+  either way (two states), and each learns its own start from the ranks before it (:func:`_all_joins`).
 
 Not kept: word2phrase prunes its table past 350 million strings (its hash table's 70%), here the owners hold
 every string's count; its pruning drops one more string when none is below min_count (its SortVocab), here
@@ -32,6 +32,7 @@ none. Files with NUL bytes are refused.
 import os
 import re
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -245,26 +246,25 @@ def _ask(comm, owned, keys):
     return counts
 
 
-def _edges(comm, text, lo, hi, last):
-    """For every rank, (the token its range ends on, its last word): None, ``b"\\n"`` or a word. Collective."""
+def _last_tokens(text, lo, hi, last):
+    """(The token bytes ``[lo, hi)`` end on, their last word): None, ``b"\\n"`` or a word (``last``: the
+    text's lost last token ends them)."""
     size = 4096
-    while True:  # read back from the range's end until its last word is seen whole (or the range's start)
+    while True:  # read back from the end until the last word is seen whole (or the start)
         start = max(lo, hi - size)
         found = _tokens(text.read(start, hi), last)
         whole = found if start == lo else found[1:]  # the first may be cut
         words = [t for t in whole if t != NEWLINE]
         if start == lo or words:
-            end = (whole[-1] if whole else None, words[-1] if words else None)
-            break
+            return whole[-1] if whole else None, words[-1] if words else None
         size *= 4
-    return comm.allgather(end)
 
 
-def _before(edges, rank):
-    """(The kind of token before rank ``rank``'s first one: NONE, AFTER_NEWLINE or AFTER_WORD; the word
-    before it, None at the text's start)."""
+def _before(ends, part):
+    """(The kind of token before part ``part``'s first one: NONE, AFTER_NEWLINE or AFTER_WORD; the word
+    before it, None at the text's start), from every part's ``ends`` (_last_tokens) in text order."""
     token = word = None
-    for end, last_word in edges[:rank]:
+    for end, last_word in ends[:part]:
         token = end if end is not None else token
         word = last_word if last_word is not None else word
     kind = NONE if token is None else AFTER_NEWLINE if token == NEWLINE else AFTER_WORD
@@ -273,37 +273,75 @@ def _before(edges, rank):
 
 def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
     """word2phrase of the files ``paths`` (laid end to end) into the folder ``out``: each rank writes
-    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined)."""
+    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined).
+
+    A rank cuts its range into a part a thread (``comm.threads``), each with a table of its own, run at once
+    (the compiled scans release the GIL): as if each part were a rank, but for the owners' exchanges, which
+    a rank makes once for all its parts."""
     text = Text(paths)
     lo, hi = text.range_of(comm.rank, comm.size)
     last = hi == text.size and not text.ends_with_separator()
-    before = _before(_edges(comm, text, lo, hi, last), comm.rank)
-    passes = table()
+    cuts = sorted({lo, hi, *(text.token_start(lo + (hi - lo) * k // comm.threads) for k in range(comm.threads))})
+    parts = [(a, b, last and b == text.size) for a, b in zip(cuts, cuts[1:]) if a < b] or [(lo, hi, last)]
+    gathered = comm.allgather([_last_tokens(text, *part) for part in parts])
+    ends = [end for rank_ends in gathered for end in rank_ends]  # every part's, in text order
+    first = sum(map(len, gathered[:comm.rank]))  # my first part's number
+    tables = [table() for _ in parts]
+    for k, t in enumerate(tables):
+        t.start(*_before(ends, first + k))
+
+    def each(work):  # work(k, table, blocks of part k) on every part at once; their results in part order
+        with ThreadPoolExecutor(len(parts)) as pool:
+            return list(pool.map(lambda k: work(k, tables[k], text.blocks(*parts[k])), range(len(parts))))
 
     # word2phrase's first pass: every word and every pair of consecutive words (across line ends) counted
-    passes.start(*before)
-    words = comm.allreduce(sum(passes.count(block, drop) for block, drop in text.blocks(lo, hi, last)))
-    keys, counts = passes.export()
-    owned = _owned(comm, keys, counts, min_count)
+    words = comm.allreduce(sum(each(lambda k, t, blocks: sum(t.count(b, drop) for b, drop in blocks))))
+    exported = [t.export() for t in tables]
+    keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
+    owned = _owned(comm, keys, np.concatenate([c for _, c in exported]), min_count)
     say(f"phrases: {words:,} words; {comm.allreduce(len(owned[0])):,} words and pairs of at least {min_count}")
 
     # its second: a word may join the one before it where both and their pair are counted min_count times
     # or more and the score passes the threshold; whether it does depends on the word before's join
-    passes.set(_ask(comm, owned, keys))
-    del owned, keys, counts
-    passes.start(*before)
-    joinable = [passes.joinable(block, drop, min_count, np.float32(threshold), np.float32(words))
-                for block, drop in text.blocks(lo, hi, last)]
-    flags = np.concatenate(joinable) if joinable else np.zeros(0, bool)
-    joins = _joins(flags, _carry_in(comm, flags))
+    answers = np.split(_ask(comm, owned, keys), np.cumsum([len(k) for k, _ in exported])[:-1])
+    del owned, keys, exported
+    for k, t in enumerate(tables):
+        t.set(answers[k])
+        t.start(*_before(ends, first + k))
+    flags = each(lambda k, t, blocks: [t.joinable(b, drop, min_count, np.float32(threshold), np.float32(words))
+                                        for b, drop in blocks])
+    joins = _all_joins([np.concatenate(f) if f else np.zeros(0, bool) for f in flags], comm)
 
     # and its output: each word after "_" where it joins the word before, else after " "
-    at = 0
     with open(os.path.join(out, PART.format(comm.rank)), "wb") as f:
-        for (block, drop), block_flags in zip(text.blocks(lo, hi, last), joinable):
-            f.write(passes.write(block, drop, joins[at:at + len(block_flags)]))
-            at += len(block_flags)
-    return words, comm.allreduce(int(joins.sum()))
+        for k, t in enumerate(tables):
+            at = 0
+            for (block, drop), block_flags in zip(text.blocks(*parts[k]), flags[k]):
+                f.write(t.write(block, drop, joins[k][at:at + len(block_flags)]))
+                at += len(block_flags)
+    return words, comm.allreduce(sum(int(j.sum()) for j in joins))
+
+
+def _all_joins(joinable, comm):
+    """The joins of this rank's parts' ``joinable`` words (a list, in text order), each part's start carried
+    in from the parts before it on every rank. Collective."""
+    def end(flags, start):  # whether the part's last word joins, given its start (an empty part: the start)
+        return bool(_joins(flags, start)[-1]) if len(flags) else start
+
+    def ends(start):  # the rank's end, its parts run one after the other
+        for flags in joinable:
+            start = end(flags, start)
+        return start
+
+    mine = (ends(False), ends(True))
+    carry = False
+    for rank_end in comm.allgather(mine)[:comm.rank]:
+        carry = rank_end[carry]
+    out = []
+    for flags in joinable:
+        out.append(_joins(flags, carry))
+        carry = end(flags, carry)
+    return out
 
 
 def _joins(joinable, start):
@@ -320,14 +358,3 @@ def _joins(joinable, start):
         run = n if joinable.all() else int(np.argmin(joinable))
         even[:run] = ~even[:run]
     return joinable & even
-
-
-def _carry_in(comm, joinable):
-    """Whether the word before this rank's first word joined its own predecessor: each rank's end for either
-    start (an empty rank passes its start on), gathered, then run through from rank 0. Collective."""
-    ends = (bool(_joins(joinable, False)[-1]), bool(_joins(joinable, True)[-1])) if len(joinable) else None
-    carry = False
-    for end in comm.allgather(ends)[:comm.rank]:
-        if end is not None:
-            carry = end[carry]
-    return carry
