@@ -589,7 +589,9 @@ PHRASE_FUNCTIONS = {"hvd_w2v_phrases_new": ([], P), "hvd_w2v_phrases_free": ([P]
                     "hvd_w2v_phrases_export": ([P, P, P], None), "hvd_w2v_phrases_set": ([P, P], None),
                     "hvd_w2v_phrases_joinable": ([P, P, I64, I64, I64, F32, F32, P], I64),
                     "hvd_w2v_phrases_write": ([P, I64, I64, P, P], I64),
-                    "hvd_w2v_phrases_key": ([P, I64, P], None)}
+                    "hvd_w2v_phrases_key": ([P, I64, P], None),
+                    "hvd_w2v_phrases_sum": ([P, P, P, I64], None), "hvd_w2v_phrases_lookup": ([P, P, I64, I64, P], None),
+                    "hvd_w2v_phrases_kept": ([P, I64], I64)}
 
 
 def phrases_kernel():
@@ -643,6 +645,20 @@ class PhraseTable:
         out = np.empty(2, np.uint64)
         self.lib.hvd_w2v_phrases_key(word, len(word), out.ctypes.data)
         return out
+
+    # an owner's table: the sums of the keys it owns
+    def sum(self, keys, counts):
+        keys, counts = np.ascontiguousarray(keys, np.uint64), np.ascontiguousarray(counts, np.int64)
+        self.lib.hvd_w2v_phrases_sum(self.handle, keys.ctypes.data, counts.ctypes.data, len(counts))
+
+    def lookup(self, keys, min_count):
+        keys = np.ascontiguousarray(keys, np.uint64)
+        out = np.empty(len(keys), np.int64)
+        self.lib.hvd_w2v_phrases_lookup(self.handle, keys.ctypes.data, len(keys), min_count, out.ctypes.data)
+        return out
+
+    def kept(self, min_count):
+        return self.lib.hvd_w2v_phrases_kept(self.handle, min_count)
 
 
 # -- the text passes (text_kernel.cc) -----------------------------------------------------------------------

@@ -32,12 +32,15 @@ struct Key {
   uint64_t a, b;  // b is odd: (0, 0) marks an empty slot
 };
 
-// Two hashes of the bytes: FNV-1a's and a multiply-add's, each finalised, the second made odd.
+// Two hashes of the bytes, read 8 at a time as little-endian words (the last one padded with zeros): an
+// xor-multiply's and a multiply-add's, each mixed a word and finalised, the second made odd.
 inline Key key(const unsigned char* p, int64_t n) {
-  uint64_t a = 0xCBF29CE484222325ULL, b = static_cast<uint64_t>(n);
-  for (int64_t i = 0; i < n; ++i) {
-    a = (a ^ p[i]) * 0x100000001B3ULL;
-    b = b * 0x9E3779B97F4A7C15ULL + p[i] + 1;
+  uint64_t a = 0xCBF29CE484222325ULL ^ static_cast<uint64_t>(n), b = static_cast<uint64_t>(n);
+  for (int64_t i = 0; i < n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i < 8 ? n - i : 8);
+    a = mix(a ^ w) * 0x100000001B3ULL;
+    b = b * 0x9E3779B97F4A7C15ULL + w + 1;
   }
   return Key{mix(a), mix(b) | 1};
 }
@@ -237,6 +240,33 @@ int64_t hvd_w2v_phrases_write(const unsigned char* text, int64_t n, int64_t drop
     at += m;
   });
   return at;
+}
+
+// An owner's sums: counts[i] added to keys[i] (two uint64 each), for i in [0, n).
+void hvd_w2v_phrases_sum(void* t, const uint64_t* keys, const int64_t* counts, int64_t n) {
+  Table& T = *static_cast<Table*>(t);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + static_cast<int64_t>(AHEAD) < n) T.prefetch(Key{keys[2 * (i + AHEAD)], keys[2 * (i + AHEAD) + 1]});
+    T.add(Key{keys[2 * i], keys[2 * i + 1]}, counts[i]);
+  }
+}
+
+// An owner's answers: out[i] = the sum of keys[i], or 0 where it is below min_count (or not there).
+void hvd_w2v_phrases_lookup(void* t, const uint64_t* keys, int64_t n, int64_t min_count, int64_t* out) {
+  const Table& T = *static_cast<Table*>(t);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + static_cast<int64_t>(AHEAD) < n) T.prefetch(Key{keys[2 * (i + AHEAD)], keys[2 * (i + AHEAD) + 1]});
+    const int64_t c = T.count(Key{keys[2 * i], keys[2 * i + 1]});
+    out[i] = c >= min_count ? c : 0;
+  }
+}
+
+// The keys whose sum is at least min_count.
+int64_t hvd_w2v_phrases_kept(void* t, int64_t min_count) {
+  const Table& T = *static_cast<Table*>(t);
+  int64_t kept = 0;
+  for (size_t s = 0; s < T.keys.size(); ++s) kept += T.keys[s].b && T.counts[s] >= min_count;
+  return kept;
 }
 
 // key() of a string, for the tests.

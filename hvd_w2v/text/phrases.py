@@ -59,13 +59,14 @@ def _mix(x):
 
 
 def key(word):
-    """The 128-bit key of a string (bytes), phrases_kernel.cc's: two 64-bit hashes, FNV-1a's and a
-    multiply-add's, each finalised, the second odd. Two distinct strings share a key with a chance near
+    """The 128-bit key of a string (bytes), phrases_kernel.cc's: two 64-bit hashes of its bytes read 8 at a time,
+    an xor-multiply's and a multiply-add's, each finalised, the second odd. Two distinct strings share a key with a chance near
     2^-127: a table keyed so holds no string, and the owners exchange 16 bytes a string."""
-    a, b = 0xCBF29CE484222325, len(word)
-    for byte in word:
-        a = ((a ^ byte) * 0x100000001B3) & MASK
-        b = (b * 0x9E3779B97F4A7C15 + byte + 1) & MASK
+    a, b = 0xCBF29CE484222325 ^ len(word), len(word)
+    for i in range(0, len(word), 8):
+        w = int.from_bytes(word[i:i + 8], "little")
+        a = (_mix(a ^ w) * 0x100000001B3) & MASK
+        b = (b * 0x9E3779B97F4A7C15 + w + 1) & MASK
     return _mix(a), _mix(b) | 1
 
 
@@ -196,6 +197,18 @@ class PythonTable:
             self.before, self.word, pa = AFTER_WORD, t, pb
         return np.array(out, bool)
 
+    # an owner's table: the sums of the keys it owns
+    def sum(self, keys, counts):
+        for k, c in zip(map(tuple, keys.tolist()), counts.tolist()):
+            self.counts[k] += c
+
+    def lookup(self, keys, min_count):
+        got = (self.counts.get(k, 0) for k in map(tuple, keys.tolist()))
+        return np.fromiter((c if c >= min_count else 0 for c in got), np.int64, count=len(keys))
+
+    def kept(self, min_count):
+        return sum(c >= min_count for c in self.counts.values())
+
     def write(self, block, drop_last, joins):
         marks = iter(joins.tolist())
         return b"".join(t if t == NEWLINE else (b"_" if next(marks) else b" ") + t for t in _tokens(block, drop_last))
@@ -213,34 +226,25 @@ def _route(comm, keys):
     return owners, np.argsort(owners, kind="stable")
 
 
-def _as_void(keys):
-    """uint64[n, 2] keys as one 16-byte value each (sorted and searched bytewise)."""
-    return np.ascontiguousarray(keys).view(np.dtype((np.void, 16))).ravel()
-
-
-def _owned(comm, keys, counts, min_count):
-    """The keys this rank owns, summed over every rank's ``keys`` and ``counts``, those below ``min_count``
-    left out: (sorted void keys, their counts), word2phrase's table after its pruning. Collective."""
+def _owned(comm, keys, counts):
+    """A table (:func:`table`'s) of the keys this rank owns, summed over every rank's ``keys`` and ``counts``:
+    word2phrase's table, its share here. Collective."""
     owners, order = _route(comm, keys)
     per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
     got, _ = comm.alltoallv(keys[order], per_dest)
     got_counts, _ = comm.alltoallv(counts[order], per_dest)
-    unique, where = np.unique(_as_void(got), return_inverse=True)
-    sums = np.bincount(where.ravel(), got_counts, minlength=len(unique)).astype(np.int64)
-    kept = sums >= min_count
-    return unique[kept], sums[kept]
+    owned = table()
+    owned.sum(got, got_counts)
+    return owned
 
 
-def _ask(comm, owned, keys):
-    """The owners' sums of ``keys`` (uint64[n, 2]; 0 where a key is not kept), in the order asked. Collective."""
+def _ask(comm, owned, keys, min_count):
+    """The owners' sums of ``keys`` (uint64[n, 2]; 0 where one is below ``min_count``: word2phrase's pruning),
+    in the order asked. Collective."""
     owners, order = _route(comm, keys)
     per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
     got, per_source = comm.alltoallv(keys[order], per_dest)
-    unique, sums = owned
-    asked = _as_void(got)
-    at = np.minimum(np.searchsorted(unique, asked), max(len(unique) - 1, 0))
-    answers = np.where(unique[at] == asked, sums[at], 0) if len(unique) else np.zeros(len(asked), np.int64)
-    back, _ = comm.alltoallv(answers.astype(np.int64), per_source)
+    back, _ = comm.alltoallv(owned.lookup(got, min_count), per_source)
     counts = np.zeros(len(keys), np.int64)
     counts[order] = back
     return counts
@@ -298,12 +302,13 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
     words = comm.allreduce(sum(each(lambda k, t, blocks: sum(t.count(b, drop) for b, drop in blocks))))
     exported = [t.export() for t in tables]
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
-    owned = _owned(comm, keys, np.concatenate([c for _, c in exported]), min_count)
-    say(f"phrases: {words:,} words; {comm.allreduce(len(owned[0])):,} words and pairs of at least {min_count}")
+    owned = _owned(comm, keys, np.concatenate([c for _, c in exported]))
+    say(f"phrases: {words:,} words; {comm.allreduce(owned.kept(min_count)):,} words and pairs of at least "
+        f"{min_count}")
 
     # its second: a word may join the one before it where both and their pair are counted min_count times
     # or more and the score passes the threshold; whether it does depends on the word before's join
-    answers = np.split(_ask(comm, owned, keys), np.cumsum([len(k) for k, _ in exported])[:-1])
+    answers = np.split(_ask(comm, owned, keys, min_count), np.cumsum([len(k) for k, _ in exported])[:-1])
     del owned, keys, exported
     for k, t in enumerate(tables):
         t.set(answers[k])
@@ -326,7 +331,10 @@ def _all_joins(joinable, comm):
     """The joins of this rank's parts' ``joinable`` words (a list, in text order), each part's start carried
     in from the parts before it on every rank. Collective."""
     def end(flags, start):  # whether the part's last word joins, given its start (an empty part: the start)
-        return bool(_joins(flags, start)[-1]) if len(flags) else start
+        if not len(flags) or not flags[-1]:
+            return start if not len(flags) else False
+        run = len(flags) - int(np.argmin(flags[::-1])) if not flags.all() else 0  # where the last run starts
+        return ((len(flags) - 1 - run) % 2 == 0) != (start and run == 0)  # _joins's parity there
 
     def ends(start):  # the rank's end, its parts run one after the other
         for flags in joinable:
