@@ -45,30 +45,36 @@ inline Key key(const unsigned char* p, int64_t n) {
   return Key{mix(a), mix(b) | 1};
 }
 
+// A key and its count side by side: a lookup touches one place of memory (the table is far larger than the
+// caches, so each lookup is a miss; two arrays cost two).
+struct Slot {
+  Key key;
+  int64_t count;
+};
+
 struct Table {
-  std::vector<Key> keys;
-  std::vector<int64_t> counts;
+  std::vector<Slot> slots;
   int64_t used = 0;
   // the scans' state: the token before (0 none, 1 a newline, 2 a word) and the word before, if any
   int before = 0;
   bool has_word = false;
   std::string word;
 
-  Table() : keys(1 << 16, Key{0, 0}), counts(1 << 16, 0) {}
+  Table() : slots(1 << 16, Slot{{0, 0}, 0}) {}
 
-  void prefetch(Key k) const { __builtin_prefetch(&keys[k.a & (keys.size() - 1)]); }
-  int64_t slot(Key k) const {  // k's slot, or the empty one where it would go
-    const uint64_t mask = keys.size() - 1;
+  void prefetch(Key k) const { __builtin_prefetch(&slots[k.a & (slots.size() - 1)]); }
+  int64_t find(Key k) const {  // k's slot, or the empty one where it would go
+    const uint64_t mask = slots.size() - 1;
     for (uint64_t s = k.a & mask;; s = (s + 1) & mask)
-      if ((keys[s].a == k.a && keys[s].b == k.b) || keys[s].b == 0) return static_cast<int64_t>(s);
+      if ((slots[s].key.a == k.a && slots[s].key.b == k.b) || slots[s].key.b == 0) return static_cast<int64_t>(s);
   }
   void add(Key k, int64_t n = 1) {
-    int64_t s = slot(k);
-    if (keys[s].b == 0) {
-      keys[s] = k, ++used;
-      if (2 * used > static_cast<int64_t>(keys.size())) grow(), s = slot(k);
+    int64_t s = find(k);
+    if (slots[s].key.b == 0) {
+      slots[s].key = k, ++used;
+      if (2 * used > static_cast<int64_t>(slots.size())) grow(), s = find(k);
     }
-    counts[s] += n;
+    slots[s].count += n;
   }
   // Adds each of ``ks``: a slot asked of the memory AHEAD keys before it is needed, so that the misses of a
   // table far larger than the caches overlap instead of each waiting in turn.
@@ -79,18 +85,14 @@ struct Table {
     }
   }
   int64_t count(Key k) const {
-    const int64_t s = slot(k);
-    return keys[s].b ? counts[s] : 0;
+    const int64_t s = find(k);
+    return slots[s].key.b ? slots[s].count : 0;
   }
   void grow() {  // twice the slots, the entries placed anew
-    std::vector<Key> old_keys(keys.size() * 2, Key{0, 0});
-    std::vector<int64_t> old_counts(keys.size() * 2, 0);
-    old_keys.swap(keys), old_counts.swap(counts);  // (now the old ones)
-    for (size_t s = 0; s < old_keys.size(); ++s)
-      if (old_keys[s].b) {
-        const int64_t t = slot(old_keys[s]);
-        keys[t] = old_keys[s], counts[t] = old_counts[s];
-      }
+    std::vector<Slot> old(slots.size() * 2, Slot{{0, 0}, 0});
+    old.swap(slots);  // (now the old ones)
+    for (const Slot& e : old)
+      if (e.key.b) slots[find(e.key)] = e;
   }
 };
 
@@ -168,16 +170,16 @@ int64_t hvd_w2v_phrases_size(void* t) { return static_cast<Table*>(t)->used; }
 void hvd_w2v_phrases_export(void* t, uint64_t* keys, int64_t* counts) {
   const Table& T = *static_cast<Table*>(t);
   int64_t e = 0;
-  for (size_t s = 0; s < T.keys.size(); ++s)
-    if (T.keys[s].b) keys[2 * e] = T.keys[s].a, keys[2 * e + 1] = T.keys[s].b, counts[e++] = T.counts[s];
+  for (const Slot& s : T.slots)
+    if (s.key.b) keys[2 * e] = s.key.a, keys[2 * e + 1] = s.key.b, counts[e++] = s.count;
 }
 
 // The counts, in export order, that the table holds from now on (the owners' sums).
 void hvd_w2v_phrases_set(void* t, const int64_t* counts) {
   Table& T = *static_cast<Table*>(t);
   int64_t e = 0;
-  for (size_t s = 0; s < T.keys.size(); ++s)
-    if (T.keys[s].b) T.counts[s] = counts[e++];
+  for (Slot& s : T.slots)
+    if (s.key.b) s.count = counts[e++];
 }
 
 // word2phrase's second pass over a block: out[i] = 1 where word i may join the word before: that one is the
@@ -265,7 +267,7 @@ void hvd_w2v_phrases_lookup(void* t, const uint64_t* keys, int64_t n, int64_t mi
 int64_t hvd_w2v_phrases_kept(void* t, int64_t min_count) {
   const Table& T = *static_cast<Table*>(t);
   int64_t kept = 0;
-  for (size_t s = 0; s < T.keys.size(); ++s) kept += T.keys[s].b && T.counts[s] >= min_count;
+  for (const Slot& s : T.slots) kept += s.key.b && s.count >= min_count;
   return kept;
 }
 
