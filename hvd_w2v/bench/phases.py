@@ -140,6 +140,18 @@ def measure(corpus, sg, threads, steps, batch_words, shards=0, superstep=4096, h
     return {phase: statistics.median(s[WARM_UP:] or s) for phase, s in seconds.items()}
 
 
+def path_nodes(corpus, steps, batch_words):
+    """Hierarchical softmax's targets a skip-gram pair trains, on average: the inner nodes on its centre's path,
+    over the centres of the first ``steps`` steps."""
+    from ..common.config import Config
+    from ..training import batches
+
+    cfg = Config(hs=True, negative=0, batch_words=batch_words)
+    batch = batches.build(corpus.stream, corpus.vocab, cfg, 0, 0, min(len(corpus.stream), steps * batch_words))
+    nodes, pairs = (batch.path >= 0).sum(axis=1), (batch.contexts >= 0).sum(axis=1)
+    return float((nodes * pairs).sum() / max(pairs.sum(), 1))
+
+
 def maths_waits(corpus, sg, threads, steps, batch_words):
     """[[us a call in each of MATHS_PARTS] for each of ``threads`` threads]: the maths of ``steps`` steps of one
     rank (the first WARM_UP left out) on ``threads`` threads, timed inside the call by the profiled build of
@@ -231,6 +243,9 @@ def main(argv=None):
             else f"steps of {args.batch_words:,} positions")
     print(f"corpus {path}: {len(corpus.stream):,} positions, {corpus.vocab.size:,} words; {unit} on one rank; "
           f"median of {max(args.steps - WARM_UP, 1)} per phase, in us")
+    if args.hs:
+        print(f"hierarchical softmax: {path_nodes(corpus, args.steps, args.batch_words):.1f} inner nodes a skip-gram "
+              f"pair (negative sampling: {1 + Config.negative} targets)")
     for sg in (True, False):
         results = {t: measure(corpus, sg, t, args.steps, args.batch_words, args.shards, args.superstep, args.hs)
                    for t in counts}

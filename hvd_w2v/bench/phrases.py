@@ -3,6 +3,7 @@
     python -m hvd_w2v.bench.phrases                          # the real corpus; layouts 1x1, 1x2, 2x1; 3 repeats
     python -m hvd_w2v.bench.phrases --lines 100000 --repeats 1
     python -m hvd_w2v.bench.phrases --layouts 1x1,2x1,4x1 --peers ~/src/word2vec
+    python -m hvd_w2v.bench.phrases --passes     # one rank's compiled passes, each timed, in this process
 
 Run from the checkout (hvd-w2v is launched through mpi/launch). word2phrase is built once a run from
 word2phrase.c in ``--peers`` (gcc -O2) into ``--out``, and runs with its defaults, min-count 5 and threshold
@@ -157,6 +158,42 @@ def layouts(text):
     return out
 
 
+def passes(corpus):
+    """One rank's passes over ``corpus`` in this process, each timed: the compiled table's (phrases_kernel.cc)
+    count, export, an owner's sums and answers, joinable and write, the whole text a block. Prints a line."""
+    from ..kernels import native
+
+    lib = native.phrases_kernel()
+    if lib is None:
+        raise SystemExit(f"the compiled phrase passes are not available: {native.unavailable('phrases_kernel')}")
+    with open(corpus, "rb") as f:
+        data = f.read()
+    seconds, t = {}, time.perf_counter()
+
+    def lap(name):
+        nonlocal t
+        now = time.perf_counter()
+        seconds[name], t = now - t, now
+
+    table = native.PhraseTable(lib)
+    table.start(0, None)
+    words = table.count(data, False)
+    lap("count")
+    keys, counts = table.export()
+    lap("export")
+    owner = native.PhraseTable(lib)
+    owner.sum(keys, counts)
+    lap("sum")
+    table.set(owner.lookup(keys, 5))
+    lap("lookup")
+    table.start(0, None)
+    joins = table.joinable(data, False, 5, 100.0, float(words))
+    lap("joinable")
+    table.write(data, False, joins)
+    lap("write")
+    print(f"{words:,} words, {len(keys):,} keys; seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in seconds.items()))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
@@ -167,7 +204,12 @@ def main(argv=None):
     p.add_argument("--peers", default=os.path.join(os.path.dirname(ROOT), "shared", "peers", "word2vec"),
                    help="the folder of word2phrase.c (default: ../shared/peers/word2vec beside the checkout)")
     p.add_argument("--out", default=os.path.join("runs", "phrases"))
+    p.add_argument("--passes", action="store_true",
+                   help="only time one rank's compiled passes over the corpus in this process (no MPI, no word2phrase)")
     args = p.parse_args(argv)
+    if args.passes:
+        os.makedirs(args.out, exist_ok=True)
+        return passes(prepare_corpus(args.corpus, args.lines, args.out))
     rows = layouts(args.layouts)
     os.makedirs(args.out, exist_ok=True)
     if not os.path.exists(args.corpus):
