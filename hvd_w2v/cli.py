@@ -508,6 +508,7 @@ def parser():
     h.add_argument("--overwrite", action="store_true", help="replace the parts an earlier run left in --out")
     h.add_argument("--threads", type=int, default=None, help="threads per rank (default: mpi/launch's)")
     _add_stall_option(h)
+    _add_config_option(h)
     h.set_defaults(func=cmd_phrases)
 
     n = _command(sub, "encode", "write vocab.txt and the corpus as word ids (ids/): what train does before "
