@@ -243,7 +243,7 @@ def test_info_describes_the_run_and_its_checkpoints(run):
     assert f"run folder: {run}" in out
     assert f"state: finished, {STEPS} of {STEPS} steps on 2 ranks" in out
     assert re.search(r"^  state: .*, hvd-w2v \d+\.\d+\.\d+\)$", out, re.M), out  # the version that trained it
-    assert "config: dim=16 window=5 negative=5 ns_exponent=0.75 min_count=5" in out and "epochs=2" in out
+    assert "config: dim=16 window=5 negative=5 hs=False ns_exponent=0.75 min_count=5" in out and "epochs=2" in out
     assert "vocab.txt: 1,075 words" in out and "vectors.bin: 1,075 words x 16 dimensions" in out
     assert "checkpoints: 2 (newest first)" in out
     newest = out.index("checkpoint " + str(run / "checkpoints" / "step-000000075"))
