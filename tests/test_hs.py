@@ -17,7 +17,7 @@ def corpus(tmp_path_factory):
 
 
 def train(corpus, out, nranks, *options, env=None, threads=1):
-    result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, "--epochs", "2", "--batch-words", "256",
+    result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, "--epochs", "2", "--batch-words", "1024",
                              "--hs", "1", "--negative", "0", "--format", "binary", "--quiet", "--show", "",
                              *options], timeout=240, env=env, threads=threads)
     assert result.ok, result.output[-3000:]
@@ -30,17 +30,15 @@ SHARDS = ["--shards", "4", "--superstep", "256"]
 
 
 @pytest.mark.parametrize("arch, mode, layouts", [
-    ("--sg", [], [(3, 1, ["--hot-rows", "50"], None)]),
-    ("--cbow", [], [(2, 1, [], {"HVD_W2V_KERNEL": "python"})]),
-    ("--sg", SHARDS, [(2, 1, [], None)]),
+    ("--sg", [], [(2, 1, ["--hot-rows", "50"], {"HVD_W2V_KERNEL": "python"})]),
     ("--cbow", [*SHARDS, "--hot-rows", "50", "--substep", "64"], [(2, 1, [], None)]),
-], ids=["skipgram", "cbow", "skipgram-shards", "cbow-shards-hot-rows-inside"])
+], ids=["skipgram", "cbow-shards-hot-rows-inside"])
 def test_the_same_vectors_on_every_layout(corpus, tmp_path, arch, mode, layouts):
-    """The exact step: 1 rank against 3 (the top inner nodes hot, summed by Horovod) and TensorFlow's graph
-    with numpy's copies; shard-local SGD (its hot rows merged inside the super-step too): 1 rank against 2
-    hosting the same shards. The order of float32 sums apart, the same vectors. The exact step's skip-gram
-    finds most of the planted synonyms among each word's 10 nearest (gensim's hs=1 finds them all; untrained,
-    about none)."""
+    """The exact step: 1 rank against 2, the top inner nodes hot (summed by Horovod), in TensorFlow's graph with
+    numpy's copies; shard-local SGD, its hot rows merged inside the super-step: 1 rank against 2 hosting the same
+    shards. The order of float32 sums apart, the same vectors. The exact step's skip-gram finds most of the
+    planted synonyms among each word's 10 nearest (gensim's hs=1 finds them all; untrained, about none). (The
+    kernels' sums for skip-gram and CBOW, both modes: test_sgns.py, test_localsgd.py.)"""
     ref = train(corpus, str(tmp_path / "one"), 1, arch, *mode)
     assert np.abs(ref.vectors).max() > 0.05  # trained, not still near the initial +-0.01
     for nranks, threads, options, env in layouts:
