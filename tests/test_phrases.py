@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import launch
+from hvd_w2v.common.errors import UserError
 from hvd_w2v.kernels import native
 from hvd_w2v.text import phrases
 from word2phrase import phrase as word2phrase
@@ -117,7 +118,7 @@ def test_joins_alternate_along_runs_whatever_the_start():
 
 
 def test_refusals(text, tmp_path):
-    """Parts of an earlier run kept without --overwrite; a NUL byte; gzip files: one error line each."""
+    """Parts of an earlier run kept without --overwrite (one error line, exit 2, nothing lost); a NUL byte."""
     out = str(tmp_path / "out")
     os.makedirs(out)
     open(os.path.join(out, "part.00000.txt"), "w").write("earlier")
@@ -126,8 +127,8 @@ def test_refusals(text, tmp_path):
     assert open(os.path.join(out, "part.00000.txt")).read() == "earlier"  # nothing lost
     binary = tmp_path / "nul.txt"
     binary.write_bytes(b"a b\0c d\n")
-    result = launch(1, ["hvd-w2v", "phrases", str(binary), "--out", str(tmp_path / "o2")], timeout=60)
-    assert result.returncode == 2 and "NUL byte at offset 3" in result.output
+    with pytest.raises(UserError, match="NUL byte at offset 3"):
+        list(phrases.Text([str(binary)]).blocks(0, 8, False))
 
 
 def test_train_on_its_own_phrases(text, tmp_path):
