@@ -22,7 +22,8 @@ from conftest import LAUNCH, ROOT, launch
 from hvd_w2v import cli, configfile
 from hvd_w2v.synthetic import generate
 
-COMMANDS = ["train", "vocab", "phrases", "encode", "export", "evaluate", "neighbors", "analogy", "info", "check", "plan"]
+COMMANDS = ["train", "vocab", "phrases", "encode", "export", "evaluate", "neighbors", "analogy", "info", "check",
+            "plan"]
 TIMEOUT = 120
 # The progress line benchmarks parse when the output is not a terminal (hvd_w2v/common/progress.py).
 LOG_LINE = re.compile(r"^train: +\d+\.\d%  epoch \d+/\d+  [\d,]+ words/s  loss \d+\.\d{4}  alpha \d\.\d{5}  "

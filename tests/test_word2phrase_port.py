@@ -1,6 +1,6 @@
 """tests/word2phrase.py (the pure-Python port) against word2vec.c's word2phrase itself, built here with gcc from
-../shared/peers/word2vec/word2phrase.c beside the checkout: the same output bytes on a synthetic text made to hit its quirks,
-and on tiny edge inputs. Skipped when the source or gcc is missing (the product needs neither).
+../shared/peers/word2vec/word2phrase.c beside the checkout: the same output bytes on a synthetic text made to hit
+its quirks, and on tiny edge inputs. Skipped when the source or gcc is missing (the product needs neither).
 
 word2phrase fills a 500M-entry hash table (2 GB) twice a run, whatever the text: it runs as it is on the
 main text, and built with a 4M-entry table (where strings sit in the table, not what is found; its pruning

@@ -464,7 +464,8 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
 }
 
 // loop.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
-// negatives[n, negative], -1 for none: hierarchical softmax's targets are a path, centres[] its root) on ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
+// negatives[n, negative], -1 for none: hierarchical softmax's targets are a path, centres[] its root) on
+// ``ranks`` ranks, ids below ``n_hot`` hot (owned by "rank" ``ranks``, last).
 // Writes the unique keys (2 id + matrix) grouped by owner, within an owner class by class (id_class) and each
 // class in first-sight order, to keys[U], each owner's count to owned[ranks + 1], the SGD-update count of each
 // key to sgd[U], and the slots: ctx[n_pad, width] and tgt[n_pad, 1 + negative], "none" (the table's last row:

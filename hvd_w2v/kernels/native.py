@@ -3,9 +3,10 @@
 Six libraries, each optional, each loaded here through ctypes: the step's maths (sgns_kernel.cc, used by
 sgns), the owners' row copies (rows_kernel.cc, used by exchange), the example builder (batches_kernel.cc,
 used by batches), shard-local SGD's super-step (localsgd_kernel.cc, used by localsgd), the text passes
-(text_kernel.cc, used by corpus, vocab and encode) and word2phrase's (phrases_kernel.cc, used by phrases). Where one cannot be built or loaded, its user prints one
-warning and falls back to TensorFlow's graph, numpy or Python, which compute the same values more slowly; ``HVD_W2V_KERNEL=python`` (or
-``graph``) asks for the fallbacks from the start.
+(text_kernel.cc, used by corpus, vocab and encode) and word2phrase's (phrases_kernel.cc, used by phrases).
+Where one cannot be built or loaded, its user prints one warning and falls back to TensorFlow's graph, numpy
+or Python, which compute the same values more slowly; ``HVD_W2V_KERNEL=python`` (or ``graph``) asks for the
+fallbacks from the start.
 
 A library's file name is a hash of its source, its compiler flags and this CPU's features
 (``-march=native``), so a changed source or another machine sharing the cache folder builds its own. Ranks
@@ -549,7 +550,8 @@ class LocalSession:
         shards = (len(bounds) - 1) // parts
         if shards * parts + 1 != len(bounds) or lib.hvd_w2v_local_sgd_open(
                 arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
-                tgt.ctypes.data, None if codes is None else codes.ctypes.data, tgt.shape[1], len(ctx), bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
+                tgt.ctypes.data, None if codes is None else codes.ctypes.data, tgt.shape[1], len(ctx),
+                bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
             raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}), its bounds increase within the centres "
                              f"({parts} a shard) and its hot rows lie in the table")
 
@@ -590,7 +592,8 @@ PHRASE_FUNCTIONS = {"hvd_w2v_phrases_new": ([], P), "hvd_w2v_phrases_free": ([P]
                     "hvd_w2v_phrases_joinable": ([P, P, I64, I64, I64, F32, F32, P], I64),
                     "hvd_w2v_phrases_write": ([P, I64, I64, P, P], I64),
                     "hvd_w2v_phrases_key": ([P, I64, P], None),
-                    "hvd_w2v_phrases_sum": ([P, P, P, I64], None), "hvd_w2v_phrases_lookup": ([P, P, I64, I64, P], None),
+                    "hvd_w2v_phrases_sum": ([P, P, P, I64], None),
+                    "hvd_w2v_phrases_lookup": ([P, P, I64, I64, P], None),
                     "hvd_w2v_phrases_kept": ([P, I64], I64)}
 
 

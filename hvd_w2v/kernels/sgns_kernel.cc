@@ -230,7 +230,8 @@ std::vector<Chunk> scratch;
 extern "C" {
 
 // The step (the contract above): group g's blocks are ctxs[g] [centres[g], widths[g]] and tgts[g]
-// [centres[g], targets[g]], codes[g] (null, or codes null: negative sampling) its Huffman codes. Returns 0, or -1 with nothing written when a row index lies outside [0, T).
+// [centres[g], targets[g]], codes[g] (null, or codes null: negative sampling) its Huffman codes. Returns 0, or -1
+// with nothing written when a row index lies outside [0, T).
 int64_t hvd_w2v_sgns_step(int64_t arch, const float* rows, int64_t T, int64_t d, int64_t groups,
                           const int32_t* const* ctxs, const int32_t* const* tgts, const int8_t* const* codes,
                           const int64_t* centres_of,

@@ -60,8 +60,8 @@ def _mix(x):
 
 def key(word):
     """The 128-bit key of a string (bytes), phrases_kernel.cc's: two 64-bit hashes of its bytes read 8 at a time,
-    an xor-multiply's and a multiply-add's, each finalised, the second odd. Two distinct strings share a key with a chance near
-    2^-127: a table keyed so holds no string, and the owners exchange 16 bytes a string."""
+    an xor-multiply's and a multiply-add's, each finalised, the second odd. Two distinct strings share a key by
+    chance alone, near 2^-127 a pair: a table keyed so holds no string, and the owners exchange 16 bytes a string."""
     a, b = 0xCBF29CE484222325 ^ len(word), len(word)
     for i in range(0, len(word), 8):
         w = int.from_bytes(word[i:i + 8], "little")
