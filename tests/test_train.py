@@ -72,7 +72,7 @@ def test_same_vectors_on_any_rank_count(corpus, reference, tmp_path, arch, nrank
 
 
 @pytest.mark.parametrize("arch", ["--sg", "--cbow"])
-@pytest.mark.parametrize("nranks, threads", [(1, 2), (1, 3), (2, 2)], ids=["1x2", "1x3", "2x2"])
+@pytest.mark.parametrize("nranks, threads", [(1, 3), (2, 2)], ids=["1x3", "2x2"])
 def test_same_vectors_on_any_thread_count(corpus, reference, tmp_path, arch, nranks, threads):
     """Ranks x threads (oversubscribed on 2 cores): a rank's thread budget (TensorFlow's pools, BLAS) must not
     change the vectors beyond the order of float32 sums, as between rank counts (1 x 1 is the reference, 2 x 1
