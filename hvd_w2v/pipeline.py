@@ -114,6 +114,10 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
 
         raise UserError("--update goes on from the finished run in --out with its own vocabulary: not with --resume, "
                         "--overwrite, --read-vocab or --max-final-vocab")
+    if not (isinstance(phrases, int) and phrases >= 0):
+        from .common.errors import UserError
+
+        raise UserError(f"--phrases must be 0 (none) or more passes, got {phrases!r}")
     if update and cfg.hs:
         from .common.errors import UserError
 

@@ -118,7 +118,8 @@ def test_joins_alternate_along_runs_whatever_the_start():
 
 
 def test_refusals(text, tmp_path):
-    """Parts of an earlier run kept without --overwrite (one error line, exit 2, nothing lost); a NUL byte."""
+    """Parts of an earlier run kept without --overwrite (one error line, exit 2, nothing lost); a NUL byte; a
+    negative count of train's passes."""
     out = str(tmp_path / "out")
     os.makedirs(out)
     open(os.path.join(out, "part.00000.txt"), "w").write("earlier")
@@ -129,6 +130,10 @@ def test_refusals(text, tmp_path):
     binary.write_bytes(b"a b\0c d\n")
     with pytest.raises(UserError, match="NUL byte at offset 3"):
         list(phrases.Text([str(binary)]).blocks(0, 8, False))
+    import hvd_w2v
+
+    with pytest.raises(UserError, match="--phrases must be 0 .none. or more passes, got -1"):
+        hvd_w2v.train(text, out=str(tmp_path / "run"), phrases=-1)
 
 
 def test_train_on_its_own_phrases(text, tmp_path):
