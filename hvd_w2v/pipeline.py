@@ -256,20 +256,17 @@ def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False
     check_files(paths)
     if any(p.endswith(".gz") for p in paths):
         raise UserError("phrases reads plain text files: gunzip the .gz ones first")
-    stage, error = os.path.join(out, ".staging-phrases"), None
+    error = None
     if comm.rank == 0:
         try:
-            held = os.path.isdir(out) and any(n.startswith("part.") for n in os.listdir(out))
-            if held and not overwrite:
+            if os.path.isdir(out) and any(n.startswith("part.") for n in os.listdir(out)) and not overwrite:
                 error = f"{out} holds the parts of an earlier phrases run; give another --out, or --overwrite"
             elif any(os.path.abspath(os.path.dirname(p)) == os.path.abspath(out) for p in paths):
                 error = f"phrases would write into {out}, which holds its corpus; give another --out"
-            else:
-                shutil.rmtree(stage, ignore_errors=True)
-                os.makedirs(stage)
         except OSError as e:
-            error = f"cannot write {out}: {e.strerror}"
+            error = f"cannot read {out}: {e.strerror}"
     comm.agree(error)
+    stage = staging(comm, out, ".staging-phrases")
     t0 = time.monotonic()
     words, pairs = phrasing.phrase(comm, paths, stage, min_count, float(threshold), say)
     seconds = comm.allreduce(time.monotonic() - t0, "max")
@@ -459,12 +456,12 @@ def release(comm, lock, out):
         lock.release()
 
 
-def staging(comm, out):
-    """OUT/.staging, emptied by rank 0 of what an earlier job left there (the lock is held), where a run
-    writes what it prepares before it is known to go ahead. Collective (one agreement)."""
+def staging(comm, out, name=".staging"):
+    """OUT/.staging (or OUT/``name``), emptied by rank 0 of what an earlier job left there (the lock is held),
+    where a run writes what it prepares before it is known to go ahead. Collective (one agreement)."""
     import shutil
 
-    stage, error = os.path.join(out, ".staging"), None
+    stage, error = os.path.join(out, name), None
     if comm.rank == 0:
         try:
             shutil.rmtree(stage, ignore_errors=True)
