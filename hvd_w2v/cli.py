@@ -121,7 +121,8 @@ def cmd_phrases(args):
     from . import pipeline
 
     pipeline.phrases(args.corpus, args.out, min_count=args.min_count, threshold=args.threshold,
-                     overwrite=args.overwrite, threads=args.threads, stall_timeout=args.stall_timeout)
+                     overwrite=args.overwrite, threads=args.threads, stall_timeout=args.stall_timeout,
+                     max_memory_per_rank=args.max_memory_per_rank)
     return 0
 
 
@@ -507,6 +508,10 @@ def parser():
                    help="the score a pair must pass (word2phrase's -threshold; default: %(default)s)")
     h.add_argument("--overwrite", action="store_true", help="replace the parts an earlier run left in --out")
     h.add_argument("--threads", type=int, default=None, help="threads per rank (default: mpi/launch's)")
+    h.add_argument("--max-memory-per-rank", metavar="SIZE", default=None,
+                   help="refuse when the passes' memory plan needs more per rank, before anything is written: "
+                        "bytes or 4G, 512M (powers of 1024); checked as the words and pairs are counted; the job's "
+                        "cgroup and Slurm limits are checked too (default: none)")
     _add_stall_option(h)
     _add_config_option(h)
     h.set_defaults(func=cmd_phrases)

@@ -156,7 +156,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         comm.watchdog.on_stall = lambda info: (_record_stall(out, record, info, saver), release(comm, lock, out))
 
     if phrases:
-        corpus = _phrased(comm, corpus or default_corpus(comm), out, phrases, cfg.min_count, quiet)
+        corpus = _phrased(comm, corpus or default_corpus(comm), out, phrases, cfg.min_count, quiet, limit)
     paths, voc, cfg, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
                                           tensorboard=tensorboard, read_vocab=read_vocab,
                                           previous=os.path.join(out, "vocab.txt") if update else None)
@@ -225,26 +225,32 @@ GENSIM_NAMES = {"vector_size": "dim", "size": "dim", "iter": "epochs", "workers"
 
 
 def phrases(corpus, out, *, min_count=5, threshold=100.0, overwrite=False, threads=None, stall_timeout=None,
-            quiet=False):
+            max_memory_per_rank=None, quiet=False):
     """word2vec.c's word2phrase over every rank (``hvd-w2v phrases``): pairs of words whose score passes
     ``threshold`` joined by ``_`` in the text of ``corpus`` (files or folders, laid end to end as ``cat``
     would; plain text), written into the folder ``out`` as ``part.RRRRR.txt``, a file a rank, whose
     concatenation in name order is word2phrase's output byte for byte (text/phrases.py), with a summary in
     ``out/.phrases.json``. ``out`` is then a corpus for ``train`` or another pass (phrases of three and four
-    words). A folder that already holds parts is refused without ``overwrite``. Collective. Returns the
-    summary (a dict)."""
+    words). A folder that already holds parts is refused without ``overwrite``. ``max_memory_per_rank``: as
+    train's, the passes refused (on every rank, nothing written) when their memory plan needs more
+    (memory.PhrasesLimit). Collective. Returns the summary (a dict)."""
+    from .planning import memory
+
     comm = start(None, threads, stall_timeout)
-    return phrase_pass(comm, corpus, out, min_count, threshold, overwrite, quiet)
+    limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
+    return phrase_pass(comm, corpus, out, min_count, threshold, overwrite, quiet, memory_limit(comm, limit))
 
 
-def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False, quiet=False):
+def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False, quiet=False, cap=None):
     """:func:`phrases` on ``comm``: its parts written into OUT/.staging-phrases, then moved into ``out`` in
-    place of any earlier ones. Collective."""
+    place of any earlier ones. ``cap``: :func:`memory_limit`'s ``(bytes per rank, source)`` or None. Collective."""
     import json
     import shutil
 
     from .common.errors import UserError
+    from .kernels import native
     from .parallel.comm import log
+    from .planning import memory
     from .text import phrases as phrasing
     from .text.corpus import check_files
 
@@ -266,10 +272,23 @@ def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False
         except OSError as e:
             error = f"cannot read {out}: {e.strerror}"
     comm.agree(error)
+    passes = memory.PHRASES_COMPILED if native.phrases_kernel() is not None else memory.PHRASES_PYTHON
+    baseline = memory.baseline(tensorflow_loaded())
+    limit = memory.PhrasesLimit(*cap, comm.rank, comm.size, comm.threads, passes, baseline) if cap else None
     stage = staging(comm, out, ".staging-phrases")
     t0 = time.monotonic()
-    words, pairs = phrasing.phrase(comm, paths, stage, min_count, float(threshold), say)
+    try:
+        words, pairs, keys = phrasing.phrase(comm, paths, stage, min_count, float(threshold), say, limit)
+    except UserError:  # on every rank: a refusal, bad text; the earlier parts in ``out`` stay as they were
+        if comm.rank == 0:
+            shutil.rmtree(stage, ignore_errors=True)
+        raise
     seconds = comm.allreduce(time.monotonic() - t0, "max")
+    planned, (held, received) = max((baseline + memory.phrases_bytes(*k, comm.threads, passes), k)
+                                    for k in comm.allgather(keys))  # the busiest rank's
+    say(f"plan: {planned / memory.MIB:,.0f} MiB per rank = baseline {baseline / memory.MIB:,.0f} + phrases "
+        f"{(planned - baseline) / memory.MIB:,.0f} ({held:,} words and pairs held, {received:,} received)")
+    say(against_plan(planned, peaks(comm)))
     summary = dict(corpus=paths, min_count=min_count, threshold=threshold, words=words, pairs=pairs,
                    ranks=comm.size, seconds=round(seconds, 3))
     comm.barrier()
@@ -292,11 +311,14 @@ def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False
     return summary
 
 
-def _phrased(comm, corpus, out, passes, min_count, quiet):
+def _phrased(comm, corpus, out, passes, min_count, quiet, limit=None):
     """train's ``phrases``: ``passes`` of word2phrase (its threshold, 100; ``min_count`` the run's) into
     OUT/phrases/pass-K, each on the one before; a pass that a resumed run finds done (its summary written,
-    on the same corpus) is kept. Returns the corpus to train on (a list of paths). Collective."""
+    on the same corpus) is kept. ``limit``: bytes per rank or None (:func:`memory_limit`'s). Returns the corpus
+    to train on (a list of paths). Collective."""
     import json
+
+    cap = memory_limit(comm, limit, tell=False)
 
     for k in range(1, passes + 1):
         folder = os.path.join(out, "phrases", f"pass-{k}")
@@ -307,7 +329,7 @@ def _phrased(comm, corpus, out, passes, min_count, quiet):
         done = comm.broadcast(done)
         wanted = corpus_files(comm, [corpus] if isinstance(corpus, str) else list(corpus), lambda m: None)
         if not (done and done["corpus"] == wanted and done["min_count"] == min_count):
-            phrase_pass(comm, corpus, folder, min_count, overwrite=True, quiet=quiet)
+            phrase_pass(comm, corpus, folder, min_count, overwrite=True, quiet=quiet, cap=cap)
         corpus = [folder]
     return corpus
 
@@ -575,10 +597,10 @@ def corpus_bytes(paths):
     return None if any(p.endswith(".gz") for p in paths) else sum(os.path.getsize(p) for p in paths)
 
 
-def memory_limit(comm, limit=None):
-    """Print the ranks' layout and return the smallest memory limit per rank this job runs under: ``limit``
-    (bytes, --max-memory-per-rank) or a limit of its cgroup or Slurm (memory.limits), as ``(bytes, source)``,
-    or None when there is none. Collective (the layout's allgather)."""
+def memory_limit(comm, limit=None, tell=True):
+    """Print the ranks' layout (unless not ``tell``) and return the smallest memory limit per rank this job runs
+    under: ``limit`` (bytes, --max-memory-per-rank) or a limit of its cgroup or Slurm (memory.limits), as
+    ``(bytes, source)``, or None when there is none. Collective (the layout's allgather)."""
     import socket
 
     from .parallel import comm as comm_mod
@@ -587,7 +609,8 @@ def memory_limit(comm, limit=None):
 
     # Every rank's host, so each knows how many ranks share its node (and its cgroup).
     hosts, where = comm_mod.layout(comm)
-    log(comm, f"layout: {where}")
+    if tell:
+        log(comm, f"layout: {where}")
     found = memory.limits(hosts.count(socket.gethostname()))
     if limit is not None:
         found.append((limit, "--max-memory-per-rank"))

@@ -136,6 +136,31 @@ def test_refusals(text, tmp_path):
         hvd_w2v.train(text, out=str(tmp_path / "run"), phrases=-1)
 
 
+def test_the_memory_plan_bounds_the_passes_and_refuses_past_a_limit(tmp_path):
+    """A text of 300,000 distinct words: the plan (printed once the passes are done) at or above the measured
+    peak; under --max-memory-per-rank 100M the count stops once its words and pairs would outgrow it (one error
+    line, exit 2), and the earlier parts in --out are kept."""
+    import re
+
+    corpus = tmp_path / "unique.txt"
+    g = np.random.default_rng(0)
+    corpus.write_text("\n".join(" ".join(f"u{i}" for i in g.permutation(300_000)[k:k + 20])
+                                for k in range(0, 300_000, 20)) + "\n")
+    out = str(tmp_path / "out")
+    result = launch(1, ["hvd-w2v", "phrases", str(corpus), "--out", out], timeout=60)
+    assert result.ok, result.output[-3000:]
+    planned, peak = re.search(r"memory: planned ([\d,]+) MiB per rank, measured peak \[(\d+)\]", result.output).groups()
+    assert int(peak) <= int(planned.replace(",", ""))
+    earlier = open(os.path.join(out, "part.00000.txt"), "rb").read()
+    result = launch(1, ["hvd-w2v", "phrases", str(corpus), "--out", out, "--overwrite", "--max-memory-per-rank",
+                        "100M"], timeout=60)
+    assert result.returncode == 2, result.output[-3000:]
+    assert re.search(r"hvd-w2v: error: memory plan does not fit: phrases, rank 0 would hold [\d,]+ words and pairs",
+                     result.output)
+    assert open(os.path.join(out, "part.00000.txt"), "rb").read() == earlier
+    assert sorted(os.listdir(out)) == [".phrases.json", "part.00000.txt"]
+
+
 def test_train_on_its_own_phrases(text, tmp_path):
     """train --phrases 1: word2phrase's pass (threshold 100, the run's --min-count) into OUT/phrases/pass-1,
     whose joined pairs are then words of the vocabulary."""

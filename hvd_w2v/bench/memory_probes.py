@@ -8,6 +8,7 @@
                                                                          # STEP_*_BYTES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR   # COMPILED, PYTHON (text passes)
     python -m hvd_w2v.bench.memory_probes shapes 3000                    # loop.CENTRE_BUCKET, ROW_BUCKET
+    mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phrases CORPUS DIR   # PHRASES_COMPILED, PHRASES_PYTHON
 
 Each prints resident-memory figures from /proc/self/status (MiB unless it says otherwise).
 """
@@ -183,6 +184,49 @@ def passes(argv):
           f"{mib(kept)}", flush=True)
 
 
+def phrases(argv):
+    """Each phase of word2phrase's passes (text/phrases.py) on CORPUS, writing into DIR: the count's peak, the
+    owners' exchange's (their sums), the answers', and the scans' after them (joins and output), each the
+    high-water mark above the resident set before the passes, beside the keys held and received and the plan's
+    figures (memory.phrases_bytes). HVD_W2V_KERNEL=python: Python's loops."""
+    from hvd_w2v import pipeline
+    from hvd_w2v.kernels import native
+    from hvd_w2v.planning import memory
+    from hvd_w2v.text import phrases as phrasing
+
+    comm = pipeline.start()
+    os.makedirs(argv[1], exist_ok=True)
+    peaks, owned, ask = {}, phrasing._owned, phrasing._ask
+
+    def phase(name):  # the peak since the last phase ended, above the passes' start
+        peaks[name] = status_bytes("VmHWM") - start
+        reset_peak()
+
+    def owners_sum(*a):
+        phase("count")
+        table = owned(*a)
+        phase("exchange")
+        return table
+
+    def answers(*a):
+        got = ask(*a)
+        phase("answers")
+        return got
+
+    phrasing._owned, phrasing._ask = owners_sum, answers
+    reset_peak()
+    start = status_bytes("VmRSS")
+    _, _, keys = phrasing.phrase(comm, [argv[0]], argv[1], say=lambda m: None)
+    phase("scans")
+    passes = memory.PHRASES_COMPILED if native.phrases_kernel() is not None else memory.PHRASES_PYTHON
+    mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
+    print(f"rank {comm.rank} of {comm.size}, {comm.threads} thread(s), "
+          f"{'compiled' if passes is memory.PHRASES_COMPILED else 'Python'}: {keys[0]:,} keys held, {keys[1]:,} "
+          f"received; peaks MiB: count {mib(peaks['count'])} ({peaks['count'] / keys[0]:.0f} B a key held), "
+          f"exchange {mib(peaks['exchange'])}, answers {mib(peaks['answers'])}, scans {mib(peaks['scans'])}; "
+          f"planned {mib(memory.phrases_bytes(*keys, comm.threads, passes))}", flush=True)
+
+
 def status_bytes(key):
     return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) * 1024
 
@@ -197,7 +241,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     probes = {"baseline": lambda: baseline(), "lean": lambda: lean(), "words": lambda: words(),
               "step": lambda: step(*map(int, argv[1:4])), "phases": lambda: phases(argv[1:]),
-              "shapes": lambda: shapes(int(argv[1])), "passes": lambda: passes(argv[1:])}
+              "shapes": lambda: shapes(int(argv[1])), "passes": lambda: passes(argv[1:]),
+              "phrases": lambda: phrases(argv[1:])}
     if not argv or argv[0] not in probes:
         raise SystemExit(__doc__)
     probes[argv[0]]()

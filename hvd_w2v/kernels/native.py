@@ -620,9 +620,13 @@ class PhraseTable:
     def count(self, block, drop_last):
         return self.lib.hvd_w2v_phrases_count(self.handle, block, len(block), int(drop_last))
 
+    def __len__(self):
+        """The keys the table holds."""
+        return self.lib.hvd_w2v_phrases_size(self.handle)
+
     def export(self):
         """(keys uint64[n, 2], counts int64[n]) in the table's order."""
-        n = self.lib.hvd_w2v_phrases_size(self.handle)
+        n = len(self)
         keys, counts = np.empty((n, 2), np.uint64), np.empty(n, np.int64)
         self.lib.hvd_w2v_phrases_export(self.handle, keys.ctypes.data, counts.ctypes.data)
         return keys, counts

@@ -42,7 +42,7 @@ from .vocab import hash_owner
 
 WORD_BYTES = 58  # word2phrase.c's MAX_STRING - 2: the bytes of a word it keeps
 PAIR_BYTES = 59  # MAX_STRING - 1: the bytes of a pair's string ``a_b`` it keeps
-BLOCK_BYTES = 1 << 24  # text read at a time
+BLOCK_BYTES = 1 << 20  # text a part scans at a time: its keys and output take up to 40 B a byte (memory.py)
 TOKEN = re.compile(rb"[^ \t\n]+|\n")
 SEPARATOR = re.compile(rb"[ \t\n]")
 NEWLINE = b"\n"
@@ -172,6 +172,9 @@ class PythonTable:
             self.before, self.word = AFTER_WORD, t
         return words
 
+    def __len__(self):
+        return len(self.counts)
+
     def export(self):
         self.order = list(self.counts)
         keys = np.array([key(s) for s in self.order], np.uint64).reshape(-1, 2)
@@ -275,9 +278,14 @@ def _before(ends, part):
     return kind, word
 
 
-def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
+def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None):
     """word2phrase of the files ``paths`` (laid end to end) into the folder ``out``: each rank writes
-    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined).
+    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined, (the keys this
+    rank held, the keys it received): what its memory plan counts).
+
+    ``limit`` (memory.PhrasesLimit, or None): asked after each block each part counts, with the keys the
+    rank's parts hold by then, and before the owners' exchange with the keys each rank will receive; its
+    refusal stops the passes on every rank (UserError) before anything is written.
 
     A rank cuts its range into a part a thread (``comm.threads``), each with a table of its own, run at once
     (the compiled scans release the GIL): as if each part were a rank, but for the owners' exchanges, which
@@ -299,9 +307,27 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
             return list(pool.map(lambda k: work(k, tables[k], text.blocks(*parts[k])), range(len(parts))))
 
     # word2phrase's first pass: every word and every pair of consecutive words (across line ends) counted
-    words = comm.allreduce(sum(each(lambda k, t, blocks: sum(t.count(b, drop) for b, drop in blocks))))
+    refused = []  # the limit's refusal, which stops every part
+
+    def count(k, t, blocks):
+        words = 0
+        for b, drop in blocks:
+            if refused:
+                break
+            words += t.count(b, drop)
+            error = limit(sum(map(len, tables))) if limit else None
+            if error:
+                refused.append(error)
+        return words
+
+    words = sum(each(count))
+    comm.agree(refused[0] if refused else None)
+    words = comm.allreduce(words)
     exported = [t.export() for t in tables]
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
+    held = len(keys)
+    received = int(comm.allreduce(np.bincount(_route(comm, keys)[0], minlength=comm.size))[comm.rank])  # (a P-vector)
+    comm.agree(limit(held, received) if limit else None)
     owned = _owned(comm, keys, np.concatenate([c for _, c in exported]))
     say(f"phrases: {words:,} words; {comm.allreduce(owned.kept(min_count)):,} words and pairs of at least "
         f"{min_count}")
@@ -324,7 +350,7 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print):
             for (block, drop), block_flags in zip(text.blocks(*parts[k]), flags[k]):
                 f.write(t.write(block, drop, joins[k][at:at + len(block_flags)]))
                 at += len(block_flags)
-    return words, comm.allreduce(sum(int(j.sum()) for j in joins))
+    return words, comm.allreduce(sum(int(j.sum()) for j in joins)), (held, received)
 
 
 def _all_joins(joinable, comm):
