@@ -274,20 +274,21 @@ def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False
     comm.agree(error)
     passes = memory.PHRASES_COMPILED if native.phrases_kernel() is not None else memory.PHRASES_PYTHON
     baseline = memory.baseline(tensorflow_loaded())
-    limit = memory.PhrasesLimit(*cap, comm.rank, comm.size, comm.threads, passes, baseline) if cap else None
+    limit = memory.PhrasesLimit(*cap, comm.rank, comm.size, passes, baseline) if cap else None
     stage = staging(comm, out, ".staging-phrases")
     t0 = time.monotonic()
     try:
-        words, pairs, keys = phrasing.phrase(comm, paths, stage, min_count, float(threshold), say, limit)
+        words, pairs, sizes = phrasing.phrase(comm, paths, stage, min_count, float(threshold), say, limit)
     except UserError:  # on every rank: a refusal, bad text; the earlier parts in ``out`` stay as they were
         if comm.rank == 0:
             shutil.rmtree(stage, ignore_errors=True)
         raise
     seconds = comm.allreduce(time.monotonic() - t0, "max")
-    planned, (held, received) = max((baseline + memory.phrases_bytes(*k, comm.threads, passes), k)
-                                    for k in comm.allgather(keys))  # the busiest rank's
+    planned, (held, received, owned) = max((baseline + memory.phrases_bytes(*k, passes=passes), k)
+                                           for k in comm.allgather(sizes))  # the busiest rank's
     say(f"plan: {planned / memory.MIB:,.0f} MiB per rank = baseline {baseline / memory.MIB:,.0f} + phrases "
-        f"{(planned - baseline) / memory.MIB:,.0f} ({held:,} words and pairs held, {received:,} received)")
+        f"{(planned - baseline) / memory.MIB:,.0f} ({sum(held):,} words and pairs held, {received:,} received, "
+        f"{owned:,} owned)")
     say(against_plan(planned, peaks(comm)))
     summary = dict(corpus=paths, min_count=min_count, threshold=threshold, words=words, pairs=pairs,
                    ranks=comm.size, seconds=round(seconds, 3))

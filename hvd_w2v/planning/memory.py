@@ -497,82 +497,90 @@ class CountingLimit:
                 f"rank from {self.source}; {hint}")
 
 
-# word2phrase's passes (text/phrases.py), by path: bytes a rank holds per 128-bit key (a word's or a pair's
-# string) of its parts' tables ("held") and per key the owners' exchange brings it ("received"), and per byte of
-# the text block each part scans at a time. Fitted on the peaks of the passes on the first 150,000 lines of
-# data/real/corpus.txt, 1 x 1, 1 x 2 and 2 x 1 (ranks x threads), printed with the keys by
-#   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes phrases CORPUS --out DIR
-# as upper bounds of what the passes' arrays take (the compiled path):
-# - counting: a table's slots (24 B: the key and its count) at most half full, 2 to 4 a key, and while it grows
-#   its old slots beside the new ones: 144 B a key at most;
-# - the owners' sums, the peak: the tables, their export and its copy grouped by owner, each key's owner and place
-#   (96 + 24 + 24 + 16 + 24) a key held; the keys and counts received (24) and the owner's table that sums them,
-#   growing (144) a key received;
+# word2phrase's passes (text/phrases.py), by path. The compiled tables (phrases_kernel.cc's Table) hold 24 B
+# slots (a 128-bit key and its count), a power of two of them, 65,536 at least, at most half full; a table grows
+# twofold, its old slots beside the new ones meanwhile. Beyond the slots, bytes per key (a word's or a pair's
+# string) a rank's parts hold ("held": each part's table its own, so a key met by two parts is held twice) and
+# per key the owners' exchange brings it ("received", repeats included), and per byte of the block each part
+# scans at a time. Fitted on the peaks of the passes over the first 150,000 lines of data/real/corpus.txt and
+# the whole of it, 1 x 1, 1 x 2 and 2 x 1 (ranks x threads), printed with the keys by
+#   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes phrases CORPUS DIR
+# - counting: the tables, growing, and once counted their keys exported and laid end to end (48 B a key held);
+# - the owners' sums, the peak: the tables, the export, each key's owner and place (68 B a key held); the keys and
+#   counts received and the owner's table summing them, growing (76 B a key received beyond its slots);
 # - a block's scan: the block, its keys (two a word, a word at least 2 bytes: 16 B a byte) and counts, the
 #   output (2 B a byte) and its copy: 40 B a byte, a part at a time on each thread.
-# The peaks measured: 142 B a key held while counting; the exchange 86% to 91% of this plan. Python's loops (the
-# fallback: a Counter of bytes strings, the owners' dict of keys as tuples) fitted on the same probe's peaks
-# (HVD_W2V_KERNEL=python): 297 to 323 B a key counting, 547 to 595 B a key held at their peak (held and received
-# about equal), split as a string's entry and a tuple's.
+# Python's loops (the fallback: a Counter of bytes strings, the owners' dict of keys as tuples) have no slots:
+# their figures a key, all in, fitted on the same probe's peaks (HVD_W2V_KERNEL=python), 150,000 lines.
 
 
 @dataclass(frozen=True)
 class PhrasePasses:
     """Bytes per unit that word2phrase's passes of one path hold (see :func:`phrases_bytes`)."""
 
-    counting: int  # per key held while counting
-    held: int  # per key held while the owners sum the counts
-    received: int  # per key received then
+    slot: int  # per slot of a compiled table (0: Python's dicts, counted in the figures a key)
+    counting: int  # per key held while counting, beyond the slots
+    held: int  # per key held while the owners sum the counts, beyond the slots
+    received: int  # per key received then, beyond the owner's slots
     block: int  # per byte of a part's block
 
 
-PHRASES_COMPILED = PhrasePasses(counting=144, held=184, received=168, block=40)
-PHRASES_PYTHON = PhrasePasses(counting=330, held=380, received=230, block=40)
+PHRASES_COMPILED = PhrasePasses(slot=24, counting=48, held=68, received=76, block=40)
+PHRASES_PYTHON = PhrasePasses(slot=0, counting=330, held=380, received=230, block=40)
 
 
-def phrases_bytes(held, received, threads=1, passes=PHRASES_COMPILED):
-    """The peak of word2phrase's passes above the baseline on a rank whose parts' tables hold ``held`` keys and
-    which receives ``received`` of every rank's keys to sum (its hash-owned share, repeats included), ``threads``
-    parts scanning a block each (text/phrases.py's BLOCK_BYTES): the count, or the owners' exchange."""
-    scans = threads * passes.block * PHRASE_BLOCK_BYTES
-    return max(passes.counting * held + scans, passes.held * held + passes.received * received)
+def phrase_slots(keys):
+    """The slots of a compiled phrase table that holds ``keys`` keys (phrases_kernel.cc's Table)."""
+    return max(1 << 16, 1 << (2 * keys - 1).bit_length()) if keys else 1 << 16
+
+
+def phrases_bytes(parts, received, owned=None, passes=PHRASES_COMPILED):
+    """The peak of word2phrase's passes above the baseline on a rank whose parts' tables hold ``parts`` keys
+    each (a list: a part a thread), which receives ``received`` of every rank's keys to sum (its hash-owned
+    share, repeats included) into a table of ``owned`` distinct keys (None: unknown, at most ``received``):
+    the count, or the owners' exchange."""
+    held, slots = sum(parts), passes.slot * sum(map(phrase_slots, parts))
+    owner = passes.slot * phrase_slots(received if owned is None else owned)
+    counting = slots * 3 // 2 + passes.counting * held + passes.block * PHRASE_BLOCK_BYTES * len(parts)
+    return max(counting, slots + owner * 3 // 2 + passes.held * held + passes.received * received)
 
 
 @dataclass(frozen=True)
 class PhrasesLimit:
     """The check that word2phrase's passes fit the job's memory limit: ``limit`` bytes per rank from ``source``
-    (pipeline.memory_limit's), this ``rank`` of ``ranks`` with ``threads`` parts, above ``baseline``. The keys a
-    rank holds are known only as it counts, so text/phrases.py asks after each block (the keys it will receive
-    expected as many as it holds: hashes spread them evenly), and again with the keys it will receive, counted,
-    before the owners' exchange."""
+    (pipeline.memory_limit's), this ``rank`` of ``ranks``, above ``baseline``. The keys a rank holds are known
+    only as it counts, so text/phrases.py asks after each block (the keys it will receive expected as many as it
+    holds: hashes spread them evenly), and again with the keys it will receive, counted, before the owners'
+    exchange."""
 
     limit: int
     source: str
     rank: int
     ranks: int
-    threads: int = 1
     passes: PhrasePasses = PHRASES_COMPILED
     baseline: int = LEAN_BYTES
 
-    def planned(self, held, received=None):
-        """The passes' planned peak, baseline included (``received`` None: as many as ``held``)."""
-        return self.baseline + phrases_bytes(held, held if received is None else received, self.threads,
-                                             self.passes)
+    def planned(self, parts, received=None):
+        """The passes' planned peak, baseline included (``received`` None: as many as the parts hold)."""
+        return self.baseline + phrases_bytes(parts, sum(parts) if received is None else received,
+                                             passes=self.passes)
 
-    def __call__(self, held, received=None):
-        """None while this rank's ``held`` keys (and ``received``, once known) fit; else the refusal (a
-        UserError's text)."""
-        planned = self.planned(held, received)
+    def __call__(self, parts, received=None):
+        """None while this rank's parts, holding ``parts`` keys each (and receiving ``received``, once known),
+        fit; else the refusal (a UserError's text)."""
+        planned = self.planned(parts, received)
         if planned <= self.limit:
             return None
         mib = lambda b: f"{b / MIB:,.0f} MiB"  # noqa: E731
+        held = sum(parts)
         seen = held * self.ranks  # at most the distinct keys counted so far on every rank, about
-        need = fewest_ranks(lambda p: self.planned(math.ceil(seen / p)) <= self.limit)
+        need = fewest_ranks(lambda p: self.planned([math.ceil(seen / p / len(parts))] * len(parts)) <= self.limit)
         if need:
             hint = (f"at least {need} ranks for the {seen:,} or so words and pairs counted by then, more if the "
                     f"rest of the text holds many new ones")
         else:
-            hint = f"no rank count fits: the baseline and a block's scan alone are {mib(self.planned(0))} per rank"
+            hint = (f"no rank count fits: the baseline and a block's scan alone are "
+                    f"{mib(self.planned([0] * len(parts)))} per rank")
         return (f"memory plan does not fit: phrases, rank {self.rank} would hold {held:,} words and pairs"
                 f"{'' if received is None else f' and receive {received:,}'}: {mib(planned)} per rank planned on "
                 f"{counted(self.ranks, 'rank')} (baseline {mib(self.baseline)} + phrases "

@@ -280,11 +280,11 @@ def _before(ends, part):
 
 def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None):
     """word2phrase of the files ``paths`` (laid end to end) into the folder ``out``: each rank writes
-    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined, (the keys this
-    rank held, the keys it received): what its memory plan counts).
+    ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined, (the keys each of
+    this rank's parts held, the keys it received, the distinct ones it owned): what its memory plan counts).
 
-    ``limit`` (memory.PhrasesLimit, or None): asked after each block each part counts, with the keys the
-    rank's parts hold by then, and before the owners' exchange with the keys each rank will receive; its
+    ``limit`` (memory.PhrasesLimit, or None): asked after each block a part counts, with the keys each of the
+    rank's parts holds by then, and before the owners' exchange with the keys each rank will receive; its
     refusal stops the passes on every rank (UserError) before anything is written.
 
     A rank cuts its range into a part a thread (``comm.threads``), each with a table of its own, run at once
@@ -315,7 +315,7 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
             if refused:
                 break
             words += t.count(b, drop)
-            error = limit(sum(map(len, tables))) if limit else None
+            error = limit([len(t) for t in tables]) if limit else None
             if error:
                 refused.append(error)
         return words
@@ -325,10 +325,11 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
     words = comm.allreduce(words)
     exported = [t.export() for t in tables]
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
-    held = len(keys)
+    held = [len(t) for t in tables]
     received = int(comm.allreduce(np.bincount(_route(comm, keys)[0], minlength=comm.size))[comm.rank])  # (a P-vector)
     comm.agree(limit(held, received) if limit else None)
     owned = _owned(comm, keys, np.concatenate([c for _, c in exported]))
+    sizes = (held, received, len(owned))
     say(f"phrases: {words:,} words; {comm.allreduce(owned.kept(min_count)):,} words and pairs of at least "
         f"{min_count}")
 
@@ -350,7 +351,7 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
             for (block, drop), block_flags in zip(text.blocks(*parts[k]), flags[k]):
                 f.write(t.write(block, drop, joins[k][at:at + len(block_flags)]))
                 at += len(block_flags)
-    return words, comm.allreduce(sum(int(j.sum()) for j in joins)), (held, received)
+    return words, comm.allreduce(sum(int(j.sum()) for j in joins)), sizes
 
 
 def _all_joins(joinable, comm):
