@@ -216,15 +216,15 @@ def phrases(argv):
     phrasing._owned, phrasing._ask = owners_sum, answers
     reset_peak()
     start = status_bytes("VmRSS")
-    _, _, (parts, received, owned) = phrasing.phrase(comm, [argv[0]], argv[1], say=lambda m: None)
+    _, _, (parts, received, owned, words) = phrasing.phrase(comm, [argv[0]], argv[1], say=lambda m: None)
     phase("scans")
     passes = memory.PHRASES_COMPILED if native.phrases_kernel() is not None else memory.PHRASES_PYTHON
     mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
     print(f"rank {comm.rank} of {comm.size}, {comm.threads} thread(s), "
           f"{'compiled' if passes is memory.PHRASES_COMPILED else 'Python'}: {sum(parts):,} keys held, "
-          f"{received:,} received, {owned:,} owned; peaks MiB: count {mib(peaks['count'])}, exchange "
+          f"{received:,} received, {owned:,} owned, {words:,} words; peaks MiB: count {mib(peaks['count'])}, exchange "
           f"{mib(peaks['exchange'])}, answers {mib(peaks['answers'])}, scans {mib(peaks['scans'])}; planned "
-          f"{mib(memory.phrases_bytes(parts, received, owned, passes))}", flush=True)
+          f"{mib(memory.phrases_bytes(parts, received, owned, words, comm.size, passes))}", flush=True)
 
 
 def status_bytes(key):

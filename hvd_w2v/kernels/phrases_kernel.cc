@@ -10,9 +10,13 @@
 // a last token with no separator after it). Called through ctypes by hvd_w2v/kernels/native.py.
 //
 // The key: phrases.py's key() computes the same two 64-bit hashes (the fallback, and the tests' check).
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -52,15 +56,44 @@ struct Slot {
   int64_t count;
 };
 
+// A table's slots in pages of their own (mmap): when the table grows, its old slots go back to the system at
+// once, where the heap would keep them resident (glibc raises its mmap threshold after a large free, so the
+// next tables of up to 32 MiB would come from the heap: the passes' peak grew by a third); and fresh pages
+// read as zeros, an empty slot's bytes, so a new table needs no filling.
+class Slots {
+ public:
+  explicit Slots(size_t n) : n_(n) {
+    void* p = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    p_ = static_cast<Slot*>(p);
+  }
+  ~Slots() { munmap(p_, bytes()); }
+  Slots(const Slots&) = delete;
+  Slots& operator=(const Slots&) = delete;
+  void swap(Slots& o) { std::swap(p_, o.p_), std::swap(n_, o.n_); }
+  size_t size() const { return n_; }
+  Slot& operator[](size_t i) { return p_[i]; }
+  const Slot& operator[](size_t i) const { return p_[i]; }
+  Slot* begin() { return p_; }
+  Slot* end() { return p_ + n_; }
+  const Slot* begin() const { return p_; }
+  const Slot* end() const { return p_ + n_; }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(Slot); }
+  Slot* p_;
+  size_t n_;
+};
+
 struct Table {
-  std::vector<Slot> slots;
+  Slots slots;
   int64_t used = 0;
   // the scans' state: the token before (0 none, 1 a newline, 2 a word) and the word before, if any
   int before = 0;
   bool has_word = false;
   std::string word;
 
-  Table() : slots(1 << 16, Slot{{0, 0}, 0}) {}
+  Table() : slots(1 << 16) {}
 
   void prefetch(Key k) const { __builtin_prefetch(&slots[k.a & (slots.size() - 1)]); }
   int64_t find(Key k) const {  // k's slot, or the empty one where it would go
@@ -89,7 +122,7 @@ struct Table {
     return slots[s].key.b ? slots[s].count : 0;
   }
   void grow() {  // twice the slots, the entries placed anew
-    std::vector<Slot> old(slots.size() * 2, Slot{{0, 0}, 0});
+    Slots old(slots.size() * 2);
     old.swap(slots);  // (now the old ones)
     for (const Slot& e : old)
       if (e.key.b) slots[find(e.key)] = e;

@@ -24,7 +24,7 @@ from ..kernels.native import PRIVATE_WORDS
 from ..text.corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from ..text.encode import Provisional
 from ..text import huffman
-from ..text.phrases import BLOCK_BYTES as PHRASE_BLOCK_BYTES
+from ..text.phrases import BLOCK_BYTES as PHRASE_BLOCK_BYTES, JOIN_WORDS
 from ..text.vocab import GUIDE_BYTES, KEEP_HEAD_BYTES, RUN_BYTES, partial_bytes, pending_bytes  # no TensorFlow
 
 MIB = 1 << 20
@@ -500,18 +500,24 @@ class CountingLimit:
 # word2phrase's passes (text/phrases.py), by path. The compiled tables (phrases_kernel.cc's Table) hold 24 B
 # slots (a 128-bit key and its count), a power of two of them, 65,536 at least, at most half full; a table grows
 # twofold, its old slots beside the new ones meanwhile. Beyond the slots, bytes per key (a word's or a pair's
-# string) a rank's parts hold ("held": each part's table its own, so a key met by two parts is held twice) and
-# per key the owners' exchange brings it ("received", repeats included), and per byte of the block each part
-# scans at a time. Fitted on the peaks of the passes over the first 150,000 lines of data/real/corpus.txt and
-# the whole of it, 1 x 1, 1 x 2 and 2 x 1 (ranks x threads), printed with the keys by
+# string) a rank's parts hold ("held": each part's table its own, so a key met by two parts is held twice), per
+# key the owners' exchange brings it ("received", repeats included), per word the rank reads, and per byte of the
+# block each part scans at a time. Fitted on the peaks of the passes over 300,000 distinct words, the first
+# 150,000 lines of data/real/corpus.txt and the whole of it, 1 x 1, 1 x 2 and 2 x 1 (ranks x threads), printed
+# with the keys by
 #   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes phrases CORPUS DIR
 # - counting: the tables, growing, and once counted their keys exported and laid end to end (48 B a key held);
-# - the owners' sums, the peak: the tables, the export, each key's owner and place (68 B a key held); the keys and
-#   counts received and the owner's table summing them, growing (76 B a key received beyond its slots);
+# - the owners' sums and answers, the peak: the tables, the export and each key's owner, place and answer (72 B
+#   a key held); the keys and counts received (24 B) and the owner's table summing them, growing; on several
+#   ranks the keys grouped by owner beside those received (32 B a key held);
+# - the joins: the tables, the answers (8 B a key), each word's joinable mark and join (3 B a word), the joins
+#   decided phrases.JOIN_WORDS at a time (40 B a word of them);
 # - a block's scan: the block, its keys (two a word, a word at least 2 bytes: 16 B a byte) and counts, the
 #   output (2 B a byte) and its copy: 40 B a byte, a part at a time on each thread.
-# Python's loops (the fallback: a Counter of bytes strings, the owners' dict of keys as tuples) have no slots:
-# their figures a key, all in, fitted on the same probe's peaks (HVD_W2V_KERNEL=python), 150,000 lines.
+# The peaks measured were 83% to 97% of this plan but for 1 x 2 on the 150,000 lines, 4% above it (what the
+# second thread's heap keeps; not seen on the other texts). Python's loops (the fallback: a Counter of bytes
+# strings, the owners' dict of keys as tuples) have no slots: their figures a key, all in, fitted on the same
+# probe's peaks (HVD_W2V_KERNEL=python), 150,000 lines: 90% and 93% of their plan.
 
 
 @dataclass(frozen=True)
@@ -520,13 +526,15 @@ class PhrasePasses:
 
     slot: int  # per slot of a compiled table (0: Python's dicts, counted in the figures a key)
     counting: int  # per key held while counting, beyond the slots
-    held: int  # per key held while the owners sum the counts, beyond the slots
+    held: int  # per key held while the owners sum the counts and answer, beyond the slots
     received: int  # per key received then, beyond the owner's slots
+    sent: int  # per key held then on several ranks: the copy sent
+    word: int  # per word the rank reads, while the joins are decided
     block: int  # per byte of a part's block
 
 
-PHRASES_COMPILED = PhrasePasses(slot=24, counting=48, held=68, received=76, block=40)
-PHRASES_PYTHON = PhrasePasses(slot=0, counting=330, held=380, received=230, block=40)
+PHRASES_COMPILED = PhrasePasses(slot=24, counting=48, held=72, received=24, sent=32, word=3, block=40)
+PHRASES_PYTHON = PhrasePasses(slot=0, counting=330, held=380, received=230, sent=32, word=3, block=40)
 
 
 def phrase_slots(keys):
@@ -534,15 +542,19 @@ def phrase_slots(keys):
     return max(1 << 16, 1 << (2 * keys - 1).bit_length()) if keys else 1 << 16
 
 
-def phrases_bytes(parts, received, owned=None, passes=PHRASES_COMPILED):
-    """The peak of word2phrase's passes above the baseline on a rank whose parts' tables hold ``parts`` keys
-    each (a list: a part a thread), which receives ``received`` of every rank's keys to sum (its hash-owned
-    share, repeats included) into a table of ``owned`` distinct keys (None: unknown, at most ``received``):
-    the count, or the owners' exchange."""
-    held, slots = sum(parts), passes.slot * sum(map(phrase_slots, parts))
+def phrases_bytes(parts, received, owned=None, words=0, ranks=1, passes=PHRASES_COMPILED):
+    """The peak of word2phrase's passes above the baseline on a rank of ``ranks`` whose parts' tables hold
+    ``parts`` keys each (a list: a part a thread), which receives ``received`` of every rank's keys to sum (its
+    hash-owned share, repeats included) into a table of ``owned`` distinct keys (None: unknown, at most
+    ``received``), and reads ``words`` words (0: unknown): the count, the owners' exchange or the joins."""
+    held, tables = sum(parts), passes.slot * sum(map(phrase_slots, parts))
     owner = passes.slot * phrase_slots(received if owned is None else owned)
-    counting = slots * 3 // 2 + passes.counting * held + passes.block * PHRASE_BLOCK_BYTES * len(parts)
-    return max(counting, slots + owner * 3 // 2 + passes.held * held + passes.received * received)
+    scans = passes.block * PHRASE_BLOCK_BYTES * len(parts)
+    counting = tables * 3 // 2 + passes.counting * held + scans
+    exchange = tables + owner * 3 // 2 + (passes.held + (passes.sent if ranks > 1 else 0)) * held \
+        + passes.received * received
+    joins = tables + 8 * held + passes.word * words + 40 * JOIN_WORDS + scans
+    return max(counting, exchange, joins)
 
 
 @dataclass(frozen=True)
@@ -560,21 +572,22 @@ class PhrasesLimit:
     passes: PhrasePasses = PHRASES_COMPILED
     baseline: int = LEAN_BYTES
 
-    def planned(self, parts, received=None):
+    def planned(self, parts, received=None, words=0, ranks=None):
         """The passes' planned peak, baseline included (``received`` None: as many as the parts hold)."""
-        return self.baseline + phrases_bytes(parts, sum(parts) if received is None else received,
-                                             passes=self.passes)
+        return self.baseline + phrases_bytes(parts, sum(parts) if received is None else received, None, words,
+                                             ranks or self.ranks, self.passes)
 
-    def __call__(self, parts, received=None):
-        """None while this rank's parts, holding ``parts`` keys each (and receiving ``received``, once known),
-        fit; else the refusal (a UserError's text)."""
-        planned = self.planned(parts, received)
+    def __call__(self, parts, received=None, words=0):
+        """None while this rank's parts, holding ``parts`` keys each (and receiving ``received`` and reading
+        ``words``, once known), fit; else the refusal (a UserError's text)."""
+        planned = self.planned(parts, received, words)
         if planned <= self.limit:
             return None
         mib = lambda b: f"{b / MIB:,.0f} MiB"  # noqa: E731
         held = sum(parts)
         seen = held * self.ranks  # at most the distinct keys counted so far on every rank, about
-        need = fewest_ranks(lambda p: self.planned([math.ceil(seen / p / len(parts))] * len(parts)) <= self.limit)
+        need = fewest_ranks(lambda p: self.planned([math.ceil(seen / p / len(parts))] * len(parts), ranks=p)
+                            <= self.limit)
         if need:
             hint = (f"at least {need} ranks for the {seen:,} or so words and pairs counted by then, more if the "
                     f"rest of the text holds many new ones")

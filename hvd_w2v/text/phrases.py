@@ -48,6 +48,7 @@ SEPARATOR = re.compile(rb"[ \t\n]")
 NEWLINE = b"\n"
 NONE, AFTER_NEWLINE, AFTER_WORD = 0, 1, 2  # the token before a block: none (the text's start), a newline, a word
 PART = "part.{:05d}.txt"
+JOIN_WORDS = 1 << 20  # words whose joins are decided at a time (_joins)
 MASK = (1 << 64) - 1
 
 
@@ -281,7 +282,8 @@ def _before(ends, part):
 def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None):
     """word2phrase of the files ``paths`` (laid end to end) into the folder ``out``: each rank writes
     ``part.RRRRR.txt``, its range's output. Collective. Returns (words read, pairs joined, (the keys each of
-    this rank's parts held, the keys it received, the distinct ones it owned): what its memory plan counts).
+    this rank's parts held, the keys it received, the distinct ones it owned, the words it read): what its
+    memory plan counts).
 
     ``limit`` (memory.PhrasesLimit, or None): asked after each block a part counts, with the keys each of the
     rank's parts holds by then, and before the owners' exchange with the keys each rank will receive; its
@@ -320,16 +322,16 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
                 refused.append(error)
         return words
 
-    words = sum(each(count))
+    mine = sum(each(count))
     comm.agree(refused[0] if refused else None)
-    words = comm.allreduce(words)
+    words = comm.allreduce(mine)
     exported = [t.export() for t in tables]
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
     held = [len(t) for t in tables]
     received = int(comm.allreduce(np.bincount(_route(comm, keys)[0], minlength=comm.size))[comm.rank])  # (a P-vector)
-    comm.agree(limit(held, received) if limit else None)
+    comm.agree(limit(held, received, mine) if limit else None)
     owned = _owned(comm, keys, np.concatenate([c for _, c in exported]))
-    sizes = (held, received, len(owned))
+    sizes = (held, received, len(owned), mine)
     say(f"phrases: {words:,} words; {comm.allreduce(owned.kept(min_count)):,} words and pairs of at least "
         f"{min_count}")
 
@@ -381,8 +383,19 @@ def _all_joins(joinable, comm):
 
 def _joins(joinable, start):
     """Which words join the word before: the joinable ones whose word before did not join (no chains of
-    three), ``start`` whether the word before the first did. In each run of joinable words every other
-    one joins, from the run's first (the run at 0 from its second where ``start``)."""
+    three), ``start`` whether the word before the first did; JOIN_WORDS at a time (:func:`_joins_of`'s arrays
+    take 40 B a word)."""
+    out = np.empty(len(joinable), bool)
+    for lo in range(0, len(joinable), JOIN_WORDS):
+        hi = min(len(joinable), lo + JOIN_WORDS)
+        out[lo:hi] = _joins_of(joinable[lo:hi], start)
+        start = bool(out[hi - 1])
+    return out
+
+
+def _joins_of(joinable, start):
+    """:func:`_joins` at once: in each run of joinable words every other one joins, from the run's first (the
+    run at 0 from its second where ``start``)."""
     n = len(joinable)
     if not n:
         return joinable.copy()
