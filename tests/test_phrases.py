@@ -104,6 +104,34 @@ def test_the_compiled_passes_are_the_python_ones():
         assert c.write(b, drop, joins) == p.write(b, drop, joins)
 
 
+def test_long_words_and_pairs_are_cut_between_utf8_characters():
+    """word2phrase.c's cuts (58 bytes a word, 59 a pair) moved before a UTF-8 character they would split, in
+    both builds: the same keys, joins and output, and the output UTF-8; ASCII is cut where word2phrase.c cuts."""
+    assert phrases.cut(b"x" * 70, 58) == b"x" * 58 and phrases.cut(b"\x80" * 70, 58) == b"\x80" * 58
+    assert phrases.cut(("a" + "é" * 30).encode(), 58) == ("a" + "é" * 28).encode()
+    g = np.random.default_rng(5)
+    vocab = ["漢" * k for k in (9, 10, 18, 19, 20, 25)] + ["é" * k for k in (14, 28, 29, 30)] + ["a" + "é" * 29,
+                                                                                                   "字", "x" * 60]
+    data = "".join(" ".join(g.choice(vocab, 8)) + "\n" for _ in range(300)).encode()
+    tables = [phrases.PythonTable()]
+    if native.phrases_kernel() is not None:
+        tables.append(native.PhraseTable(native.phrases_kernel()))
+    outputs = []
+    for table in tables:
+        table.start(phrases.NONE, None)
+        table.count(data, False)
+        keys, counts = table.export()
+        table.set(counts)
+        table.start(phrases.NONE, None)
+        joins = phrases._joins(table.joinable(data, False, 3, np.float32(0), np.float32(1e4)), False)
+        outputs.append((dict(zip(map(bytes, keys), counts.tolist())), joins.tolist(), table.write(data, False, joins)))
+    assert all(out == outputs[0] for out in outputs)
+    text = outputs[0][2].decode()  # UTF-8
+    assert sum(outputs[0][1]) > 100
+    for word in text.replace("_", " ").split():
+        assert len(word.encode()) <= 58 and any(v.startswith(word) for v in vocab)
+
+
 @pytest.mark.parametrize("chunk", [phrases.JOIN_WORDS, 4])
 def test_joins_alternate_along_runs_whatever_the_start(chunk, monkeypatch):
     """_joins: a word joins where it may and the word before did not, the start carried in, and from one

@@ -1,7 +1,8 @@
 // word2phrase's token passes (hvd_w2v/text/phrases.py), compiled: one rank's table of the words and pairs it
 // reads, keyed by a 128-bit hash of each string, and three scans of a block of text in word2phrase.c's
 // tokens (space, tab and newline separate; a carriage return is dropped; a newline is a token; a word keeps
-// its first WORD_BYTES bytes; a pair's string ``a_b`` its first PAIR_BYTES):
+// its first WORD_BYTES bytes; a pair's string ``a_b`` its first PAIR_BYTES; neither cut inside a UTF-8
+// character):
 //   hvd_w2v_phrases_count: each word and each pair of consecutive words (across line ends) counted;
 //   hvd_w2v_phrases_joinable: whether each word may join the word before (its counts and the score);
 //   hvd_w2v_phrases_write: the output, each word after '_' or ' '.
@@ -129,34 +130,50 @@ struct Table {
   }
 };
 
-// The pair string of the word before and ``w`` (n bytes), cut to PAIR_BYTES, into ``out``; its length.
+// Where a string of more than ``limit`` bytes is cut: at ``limit``, word2phrase.c's, or before it where that
+// would split a UTF-8 character (``next``, the first byte left out, continues one), so that cut text stays
+// UTF-8; at ``limit`` still where no character starts before it (the text is not UTF-8 there).
+inline int64_t cut(const unsigned char* s, unsigned char next, int64_t limit) {
+  int64_t at = limit;
+  for (unsigned char c = next; at > 0 && (c & 0xC0) == 0x80; c = s[--at]) {
+  }
+  return at > 0 ? at : limit;
+}
+
+// The pair string of the word before and ``w`` (n bytes), cut to PAIR_BYTES (:func:`cut`), into ``out``; its
+// length.
 inline int64_t pair(const std::string& before, const unsigned char* w, int64_t n, unsigned char* out) {
   int64_t m = 0;
   for (size_t i = 0; i < before.size() && m < PAIR_BYTES; ++i) out[m++] = before[i];
   if (m < PAIR_BYTES) out[m++] = '_';
   for (int64_t i = 0; i < n && m < PAIR_BYTES; ++i) out[m++] = w[i];
-  return m;
+  const int64_t whole = static_cast<int64_t>(before.size()) + 1 + n;
+  if (whole <= PAIR_BYTES) return m;
+  const int64_t b = static_cast<int64_t>(before.size());  // the first byte left out: of before, '_' or w
+  const unsigned char next = PAIR_BYTES < b ? before[PAIR_BYTES] : PAIR_BYTES == b ? '_' : w[PAIR_BYTES - b - 1];
+  return cut(out, next, PAIR_BYTES);
 }
 
 // Calls ``each(kind, word, length)`` for the tokens of text[0, n): kind 1 a newline, 2 a word (its first
 // WORD_BYTES bytes, carriage returns dropped); a token cut by the end is left out with ``drop_last``.
 template <class Each>
 void scan(const unsigned char* text, int64_t n, bool drop_last, Each&& each) {
-  unsigned char word[WORD_BYTES];
+  unsigned char word[WORD_BYTES + 1];  // a byte past the cut: whether it splits a character (:func:`cut`)
   int64_t length = 0;
   bool in_word = false;
+  auto kept = [&]() { return length > WORD_BYTES ? cut(word, word[WORD_BYTES], WORD_BYTES) : length; };
   for (int64_t i = 0; i < n; ++i) {
     const unsigned char c = text[i];
     if (c == '\r') continue;
     if (c == ' ' || c == '\t' || c == '\n') {
-      if (in_word) each(2, word, length), in_word = false, length = 0;
+      if (in_word) each(2, word, kept()), in_word = false, length = 0;
       if (c == '\n') each(1, word, 0);
       continue;
     }
     in_word = true;
-    if (length < WORD_BYTES) word[length++] = c;
+    if (length <= WORD_BYTES) word[length++] = c;
   }
-  if (in_word && !drop_last) each(2, word, length);
+  if (in_word && !drop_last) each(2, word, kept());
 }
 
 }  // namespace

@@ -27,7 +27,9 @@ word2phrase's rules, kept because its output is what users compare with:
 
 Not kept: word2phrase prunes its table past 350 million strings (its hash table's 70%), here the owners hold
 every string's count; its pruning drops one more string when none is below min_count (its SortVocab), here
-none. Files with NUL bytes are refused.
+none; where its cut of a long word or pair splits a UTF-8 character, its output is not UTF-8 (which train would
+refuse: CJK text without spaces, say), here the cut falls before that character (:func:`cut`). Files with NUL
+bytes are refused.
 """
 import os
 import re
@@ -71,9 +73,20 @@ def key(word):
     return _mix(a), _mix(b) | 1
 
 
+def cut(s, limit):
+    """``s`` (bytes) cut to ``limit`` bytes as word2phrase.c cuts it, but before a UTF-8 character that the cut
+    would split (phrases_kernel.cc's cut): the cut text stays UTF-8."""
+    if len(s) <= limit:
+        return s
+    at = limit
+    while at > 0 and s[at] & 0xC0 == 0x80:
+        at -= 1
+    return s[:at or limit]
+
+
 def pair(a, b):
     """word2phrase's string of the pair ``a b``."""
-    return (a + b"_" + b)[:PAIR_BYTES]
+    return cut(a + b"_" + b, PAIR_BYTES)
 
 
 class Text:
@@ -144,7 +157,7 @@ def _tokens(block, drop_last):
     """word2phrase's tokens of ``block``: words (their first WORD_BYTES bytes) and newlines, carriage returns
     dropped; with ``drop_last``, a last token that no separator ends left out."""
     clean = block.replace(b"\r", b"")
-    found = [t[:WORD_BYTES] for t in TOKEN.findall(clean)]
+    found = [cut(t, WORD_BYTES) for t in TOKEN.findall(clean)]
     if drop_last and found and clean[-1:] not in (b" ", b"\t", b"\n"):
         found.pop()
     return found
