@@ -159,7 +159,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
         corpus = _phrased(comm, corpus or default_corpus(comm), out, phrases, cfg.min_count, quiet, limit)
     paths, voc, cfg, planned = vocabulary(comm, corpus, out, cfg, "train", limit, quiet=quiet, into=stage,
                                           tensorboard=tensorboard, read_vocab=read_vocab,
-                                          previous=os.path.join(out, "vocab.txt") if update else None)
+                                          previous=earlier["vocab_path"] if update else None)
     if tensorboard:
         from .queries import runfolder
 
@@ -750,12 +750,19 @@ def _read_record(comm, out):
 
 def updating(comm, out, cfg, record):
     """What train --update goes on from: the finished run whose ``record`` (run.json) ``out`` holds, with
-    its final checkpoint and vocab.txt as written. Returns {"record": the record, "checkpoint": its path,
-    "vocab": (size, sha256)}; UserError on every rank otherwise (collective)."""
+    its final checkpoint and vocab.txt as written, or where an update stopped early (before its own record)
+    had moved them: OUT/history/run-N (:func:`archive`). Returns {"record": the record, "checkpoint": its path,
+    "vocab": (size, sha256), "vocab_path": its vocab.txt}; UserError on every rank otherwise (collective)."""
     from .common.errors import UserError
     from .store import checkpoint
 
     path, vocab = record.get("checkpoint"), record.get("vocab") or {}
+    moved = history_folder(out, len(record.get("history", [])) + 1)
+    there = comm.broadcast(comm.rank == 0 and (os.path.exists(os.path.join(moved, "vocab.txt")),
+                                               bool(path) and not os.path.exists(path)))
+    vocab_path = os.path.join(moved if there[0] else out, "vocab.txt")
+    if there[1]:
+        path = os.path.join(moved, os.path.relpath(path, out))
     if record.get("state") != "finished" or not path:
         raise UserError(f"--update goes on from a finished run with its final checkpoint; {out} holds "
                         f"{'no run' if not record else 'a ' + str(record.get('state')) + ' run'}"
@@ -763,9 +770,14 @@ def updating(comm, out, cfg, record):
     if record.get("config", {}).get("dim") != cfg.dim:
         raise UserError(f"the run in {out} has {record.get('config', {}).get('dim')}-dimensional rows; give --dim "
                         f"{record.get('config', {}).get('dim')}")
-    if checkpoint.file_sha256(comm, os.path.join(out, "vocab.txt")) != vocab.get("sha256"):
-        raise UserError(f"{os.path.join(out, 'vocab.txt')} is not the vocabulary the run in {out} was trained on")
-    return {"record": record, "checkpoint": path, "vocab": (vocab["size"], vocab["sha256"])}
+    if checkpoint.file_sha256(comm, vocab_path) != vocab.get("sha256"):
+        raise UserError(f"{vocab_path} is not the vocabulary the run in {out} was trained on")
+    return {"record": record, "checkpoint": path, "vocab": (vocab["size"], vocab["sha256"]), "vocab_path": vocab_path}
+
+
+def history_folder(out, n):
+    """OUT/history/run-``n``: where train --update moves the n-th run of ``out`` it goes on from."""
+    return os.path.join(out, "history", f"run-{n}")
 
 
 def updated_rows(comm, cfg, voc, earlier):
@@ -788,17 +800,19 @@ def updated_rows(comm, cfg, voc, earlier):
 
 def archive(comm, out, n):
     """Move the earlier run's checkpoints, vectors and vocab.txt into OUT/history/run-``n``/ (rank 0; the
-    outcome agreed): train --update keeps what it goes on from."""
+    outcome agreed): train --update keeps what it goes on from. An update that stopped early had moved some
+    or all of them there: a name found there stays, and the one in OUT is that update's own (the commit that
+    follows replaces it)."""
     from .parallel.comm import log
 
     error = None
+    into = history_folder(out, n)
     if comm.rank == 0:
-        into = os.path.join(out, "history", f"run-{n}")
         try:
-            os.makedirs(into)
+            os.makedirs(into, exist_ok=True)
             for name in sorted(os.listdir(out)):
                 vectors = name.startswith("vectors") and name.endswith((".txt", ".bin"))
-                if vectors or name in ("checkpoints", "vocab.txt"):
+                if (vectors or name in ("checkpoints", "vocab.txt")) and not os.path.exists(os.path.join(into, name)):
                     os.rename(os.path.join(out, name), os.path.join(into, name))
             log(comm, f"update: the earlier run's checkpoints, vectors and vocab.txt moved to {into}")
         except OSError as e:

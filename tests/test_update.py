@@ -2,6 +2,7 @@
 rank count, its words' rows kept, the counts summed, new words added; the earlier run kept in OUT/history."""
 import collections
 import json
+import os
 
 import numpy as np
 import pytest
@@ -28,12 +29,19 @@ def rows(checkpoint, size, ranks):
 
 
 def test_a_run_goes_on_with_new_text_on_another_rank_count(tmp_path):
+    """The update starts again after one killed while it moved the earlier run into OUT/history."""
     first, second, out = str(tmp_path / "first.txt"), str(tmp_path / "second.txt"), str(tmp_path / "run")
     generate(first, 30000, vocab=1500, seed=1)
     generate(second, 30000, vocab=2500, seed=2)  # more words: some new, most of the first's again
     train(first, out, 1, "--dim", str(DIM))
     old_vocab = read_vocab(f"{out}/vocab.txt")
     old_final = json.load(open(f"{out}/run.json"))["checkpoint"]
+    # as an update killed while it moved the run into history (its checkpoints and vocab.txt there, its vectors
+    # not yet) and had written a vocab.txt of its own: the update started again finds the run where it is
+    os.makedirs(f"{out}/history/run-1")
+    for name in ("checkpoints", "vocab.txt"):
+        os.rename(f"{out}/{name}", f"{out}/history/run-1/{name}")
+    open(f"{out}/vocab.txt", "w").write("the killed update's 1\n")
     r = train(second, out, 2, "--dim", str(DIM), "--update", threads=2)
     assert "update: the earlier run's checkpoints, vectors and vocab.txt moved to" in r.output, r.output[-2000:]
 
@@ -49,6 +57,7 @@ def test_a_run_goes_on_with_new_text_on_another_rank_count(tmp_path):
     # the run's words start from their rows (the update's step 0), new ones from fresh rows; then train
     history = f"{out}/history/run-1"
     assert read_vocab(f"{history}/vocab.txt") == old_vocab
+    assert sorted(os.listdir(history)) == ["checkpoints", "vectors.bin", "vectors.txt", "vocab.txt"]
     old_final = old_final.replace(f"{out}/checkpoints", f"{history}/checkpoints")
     was = rows(old_final, len(old_vocab), 1)
     start = rows(f"{out}/checkpoints/step-000000000", len(new_vocab), 2)
