@@ -199,7 +199,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
     summary = dict(state="finished", steps_done=record["total_steps"], **({"checkpoint": final} if final else {}))
     if stats["words"]:  # nothing was trained when --resume found the run's last step
         say(f"done: {stats['words'] / stats['seconds']:,.0f} words/s over {stats['seconds']:.1f} s; final loss "
-            f"{stats['last_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
+            f"{stats['final_loss']:.4f} per pair; exchange {stats['exchange_seconds'] / stats['seconds']:.0%} of "
             f"step time and {stats['bytes_sent'] / stats['words']:,.0f} bytes sent per word (all ranks)")
         horovod = stats["horovod"]
         if horovod["calls"]:
@@ -211,7 +211,7 @@ def _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_check
             + ", ".join(f"{b / whole:.1%}" for b in stats["stream_read"])
             + f" of {readable_bytes(4 * len(stream))} an epoch")
         summary.update(seconds=round(stats["seconds"], 3), words_per_second=round(stats["words"] / stats["seconds"]),
-                       final_loss=stats["last_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
+                       final_loss=stats["final_loss"], bytes_per_word=round(stats["bytes_sent"] / stats["words"], 1),
                        exchange_share=round(stats["exchange_seconds"] / stats["seconds"], 4),
                        horovod=dict(horovod, seconds=round(horovod["seconds"], 3)),
                        stream_read_bytes=stats["stream_read"])

@@ -1,5 +1,6 @@
 """Shard-local SGD (--shards): the compiled super-step against its numpy reference, the same bytes on any
 thread count, and the same vectors on every layout that hosts the same shards (real ranks)."""
+import json
 import signal
 
 import numpy as np
@@ -205,7 +206,9 @@ def train(corpus, out, nranks, threads, *options):
     result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, *options], timeout=240,
                     threads=threads)
     assert result.ok, result.output[-3000:]
-    return load(f"{out}/vectors.bin")
+    vectors = load(f"{out}/vectors.bin")
+    vectors.final_loss = json.load(open(f"{out}/run.json"))["final_loss"]  # the last epoch's mean a pair
+    return vectors
 
 
 # Both with hot rows merged inside the super-step (hotsync: their deltas summed by Horovod every --substep
@@ -232,6 +235,7 @@ def test_the_same_vectors_on_every_layout_of_four_shards(corpus, reference, tmp_
         diff = np.abs(got.vectors - ref.vectors).max()
         print(f"{arch}, {nranks} x {threads}: largest difference from 1 x 4 {diff:.2e}")
         assert diff < ATOL, f"{nranks} x {threads} differs from 1 x 4 by {diff:.2e}"
+        assert got.final_loss == pytest.approx(ref.final_loss, rel=1e-6)  # whatever the reports' windows
 
 
 def test_bfloat16_halves_the_bytes_and_rounds_alike_on_every_layout(corpus, reference, tmp_path):

@@ -119,6 +119,9 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
     if saver is not None:
         saver.guard = guard
     next_report, last = first + FIRST_REPORT, (first, time.monotonic(), 0.0)  # step, time, exchange seconds
+    # The final loss: the mean per pair over the last epoch's steps (those this job trained), whatever the
+    # reports' windows, which follow the machine's speed: runs of the same vectors report the same figure.
+    last_epoch, final = (cfg.epochs - 1) * steps, [0.0, 0.0]
     watch = comm.watch  # the stall watchdog's view of this rank (watchdog.Beat): one assignment a step
     watch.enter("train", step=first)
 
@@ -138,6 +141,9 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
         watch.step = done + 1
         report[0] += loss  # two scalar adds: a slice's += converts the pair to an array every step
         report[1] += pairs
+        if done >= last_epoch:
+            final[0] += loss
+            final[1] += pairs
         if done + 1 == next_report or done + 1 == total_steps:
             now = time.monotonic()
             if comm.rank == 0:
@@ -164,6 +170,8 @@ def train(comm, cfg, vocab, stream, progress=True, resume=None, saver=None, rule
     guard.verify(comm, total_steps, model.rows)  # the whole slice, as a checkpoint's (the loss: the last report)
     stats["seconds"] = time.monotonic() - start
     stats["words"] = vocab.raw_words * cfg.epochs * (total_steps - first) / total_steps
+    final = comm.allreduce(np.array(final))  # (mpi4py: the arrays summed)
+    stats["final_loss"] = final[0] / final[1] if final[1] else stats["last_loss"]
     stats["bytes_sent"] = comm.allreduce(exchange.bytes_sent)
     # Horovod's share: the hot block's allreduces (rank 0's count and bytes, every rank's mean seconds)
     stats["horovod"] = dict(calls=hot.calls, bytes=hot.bytes, seconds=comm.allreduce(hot.seconds) / comm.size)
