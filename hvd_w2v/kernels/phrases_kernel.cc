@@ -224,12 +224,21 @@ void hvd_w2v_phrases_export(void* t, uint64_t* keys, int64_t* counts) {
     if (s.key.b) keys[2 * e] = s.key.a, keys[2 * e + 1] = s.key.b, counts[e++] = s.count;
 }
 
-// The counts, in export order, that the table holds from now on (the owners' sums).
+// The counts, in export order, that the table holds from now on (the owners' sums, 0 below min_count): the
+// keys of a count keep it, in a table sized for them alone (those of 0 answer 0 as keys never seen do), which
+// the joinable pass's lookups then meet in far fewer places of memory.
 void hvd_w2v_phrases_set(void* t, const int64_t* counts) {
   Table& T = *static_cast<Table*>(t);
-  int64_t e = 0;
+  int64_t e = 0, kept = 0;
   for (Slot& s : T.slots)
-    if (s.key.b) s.count = counts[e++];
+    if (s.key.b) s.count = counts[e++], kept += s.count != 0;
+  size_t size = 1 << 16;
+  while (size < 2 * static_cast<size_t>(kept)) size *= 2;
+  Slots old(size);
+  old.swap(T.slots);  // (now the old ones)
+  for (const Slot& s : old)
+    if (s.key.b && s.count) T.slots[T.find(s.key)] = s;
+  T.used = kept;
 }
 
 // word2phrase's second pass over a block: out[i] = 1 where word i may join the word before: that one is the

@@ -195,7 +195,7 @@ class PythonTable:
         return keys, np.fromiter(self.counts.values(), np.int64, count=len(self.counts))
 
     def set(self, counts):
-        self.counts = Counter(dict(zip(self.order, counts.tolist())))
+        self.counts = Counter({k: c for k, c in zip(self.order, counts.tolist()) if c})  # 0: as never seen
 
     def joinable(self, block, drop_last, min_count, threshold, words):
         out = []
