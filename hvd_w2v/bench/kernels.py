@@ -90,13 +90,13 @@ def libraries(kernel, commit, folder):
             "placebo": native.declared(placebo, functions, native.I64)}
 
 
-def inputs(kernel, corpus, sg, steps):
+def inputs(kernel, corpus, sg, steps, hs=False):
     """``steps`` steps' inputs of ``kernel`` and a call of it: ``(inputs, call)``, ``call(lib, one input,
-    threads)`` returning the kernel's outputs as a list of arrays."""
+    threads)`` returning the kernel's outputs as a list of arrays. ``hs``: the maths of hierarchical softmax."""
     from ..common.config import Config
     from ..training.loop import CENTRE_BUCKET, ROW_BUCKET, _round_up
 
-    rank = _Rank(corpus, bool(sg), 1, Config().batch_words)
+    rank = _Rank(corpus, bool(sg), 1, Config().batch_words, hs=hs)
     if kernel == "examples":  # batches.build's call of the builder, its positions read once
         from ..training.batches import builder_keys, read_around
         from ..training.loop import share
@@ -130,10 +130,10 @@ def inputs(kernel, corpus, sg, steps):
     steps_in = []
     for b in batches:
         step = rank.table_of(b, 1)
-        steps_in.append((rank.gather(step), step.ctx, step.tgt))
+        steps_in.append((rank.gather(step), step.ctx, step.tgt, step.codes))
 
     def call(lib, s, threads):
-        updates, loss, count = native.sgns_step(lib, sg, *s, np.float32(rank.cfg.alpha), threads)
+        updates, loss, count = native.sgns_step(lib, sg, *s[:3], np.float32(rank.cfg.alpha), threads, codes=s[3])
         return [updates, np.array([loss, count])]
     return steps_in, call
 
@@ -203,7 +203,7 @@ def run_one(a, thread_counts, out):
             libs = libraries(kernel, a.commit, folder)
             archs = {"sg": [True], "cbow": [False], "both": [True, False]}[a.arch]
             for sg in [None] if kernel == "examples" else archs:  # the examples are the same for both
-                args, call = inputs(kernel, corpus, sg, a.steps)
+                args, call = inputs(kernel, corpus, sg, a.steps, a.hs)
                 medians, same = measure(libs, args, call, thread_counts, a.rounds)
                 found.append(dict(kernel=kernel, sg=sg, labels=list(libs), rounds=[[*k, v] for k, v in medians.items()],
                                   same=[[*k, v] for k, v in same.items()]))
@@ -219,6 +219,7 @@ def main(argv=None):
     p.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated, of {', '.join(KERNELS)}")
     p.add_argument("--arch", choices=["sg", "cbow", "both"], default="both")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    p.add_argument("--hs", action="store_true", help="the maths of hierarchical softmax (the maths kernel)")
     p.add_argument("--steps", type=int, default=60, help="steps fed to each library a round")
     p.add_argument("--rounds", type=int, default=7, help="rounds in each process")
     p.add_argument("--processes", type=int, default=3, help="processes, one after the other")
