@@ -640,8 +640,7 @@ def test_a_bad_thread_budget_is_one_clear_error_before_anything_starts(small, tm
 def test_tensorboard_scalars_come_from_the_run(small, tmp_path):
     """2 ranks, 1 epoch of 64-position steps: reports at steps 200 and 245 (the last); the scalars read back
     equal the run's own figures (the last progress line's loss, the `done:` line's bytes, the learning-rate
-    schedule). The output is a pipe, so the
-    progress is the periodic log lines."""
+    schedule). The output is a pipe, so the progress is the periodic log lines."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util.tensor_util import make_ndarray
 
