@@ -153,9 +153,9 @@ def test_the_clip_bounds_each_merged_row_after_the_sources_are_summed():
 
 def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_choice():
     """Config.settled: the exact step on one host; on several a shard a thread and the merge clipped to 1 on
-    every V and S, the super-step left to Config.sized: the longest power of two, at most 4,096, that leaves 233
+    every V and S, the super-step left to Config.sized: the longest power of two, at most 16,384, that leaves 233
     super-steps an epoch; what the options say wins; a resume keeps the resumed run's choices with its shards."""
-    from hvd_w2v.common.config import Config
+    from hvd_w2v.common.config import MAX_SUPERSTEP, Config
 
     def chosen(cfg, positions=15_000_000):
         cfg = cfg.sized(positions)
@@ -164,17 +164,18 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
     auto = Config()
     assert auto.settled(1, 64).shards == 0 and Config(shards=0).settled(2, 64).shards == 0
     assert auto.settled(2, 64).superstep is None  # until the corpus is counted
-    assert chosen(auto.settled(2, 4)) == (4, 4096, 1.0)
+    assert chosen(auto.settled(2, 4)) == (4, 8192, 1.0)  # 15M / (4 x 233) = 16,094.4
     assert chosen(auto.settled(2, 64)) == (64, 512, 1.0)  # 15M / (64 x 233) = 1,005.9
     assert chosen(auto.settled(2, 64), 15_300_000) == (64, 1024, 1.0)  # 1,026.1
     assert chosen(auto.settled(64, 2048)) == (2048, 16, 1.0)
-    assert chosen(auto.settled(64, 2048), 10**10) == (2048, 4096, 1.0)
+    assert chosen(auto.settled(64, 2048), 10**10) == (2048, 16384, 1.0)
+    assert chosen(auto.settled(1024, 32768), 10**10) == (32768, 1024, 1.0)
     assert chosen(auto.settled(64, 2048), 1000) == (2048, 1, 1.0)  # fewer positions than 233 an epoch
-    for shards in (1, 3, 64, 2048):  # at least 233 an epoch, and fewer than twice that where S < 4,096
+    for shards in (1, 3, 64, 2048):  # at least 233 an epoch, and fewer than twice that below the longest S
         for positions in (10**6, 15_300_000, 123_456_789):
             cfg = Config(shards=shards).settled(1, 1).sized(positions)
             assert cfg.steps_per_epoch(positions) >= 233
-            assert cfg.superstep == 4096 or cfg.steps_per_epoch(positions) < 2 * 233 + 1
+            assert cfg.superstep == MAX_SUPERSTEP or cfg.steps_per_epoch(positions) < 2 * 233 + 1
     assert chosen(Config(shards=8, merge_clip=0.25).settled(1, 2)) == (8, 4096, 0.25)
     assert chosen(Config(shards=8, superstep=100).settled(1, 2)) == (8, 100, 1.0)
     before = dict(shards=4, superstep=512, merge_clip=0.0)

@@ -10,7 +10,7 @@ LEFT_TO_LAYOUT = {Optional[int]: int, Optional[float]: float}
 # What Config.sized chooses for shard-local SGD's super-step. hvd_w2v/bench/README.md ("Super-steps an epoch") has
 # the quality behind each, and "The cluster projection" the speed.
 SUPERSTEPS_AN_EPOCH = 233  # at least this many merges an epoch kept the exact step's quality at every V measured ...
-MAX_SUPERSTEP = 4096  # ... and S at most this many positions a shard
+MAX_SUPERSTEP = 16384  # ... and S at most this many positions a shard
 # Every row's merged delta (a vector of W_in or W_out, all shards' deltas summed) is scaled down to an L2 norm
 # of at most this, on every V and S unless told otherwise: the merge that cannot diverge (merge_clip's comment).
 MERGE_CLIP = 1.0
