@@ -224,7 +224,7 @@ def phrases(argv):
           f"{'compiled' if passes is memory.PHRASES_COMPILED else 'Python'}: {sum(parts):,} keys held, "
           f"{received:,} received, {owned:,} owned, {words:,} words; peaks MiB: count {mib(peaks['count'])}, exchange "
           f"{mib(peaks['exchange'])}, answers {mib(peaks['answers'])}, scans {mib(peaks['scans'])}; planned "
-          f"{mib(memory.phrases_bytes(parts, received, owned, words, comm.size, passes))}", flush=True)
+          f"{mib(memory.phrases_bytes(parts, received, words, comm.size, passes))}", flush=True)
 
 
 def status_bytes(key):

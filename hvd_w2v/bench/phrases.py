@@ -181,7 +181,7 @@ def passes(corpus):
     lap("count")
     keys, counts = table.export()
     lap("export")
-    owner = native.PhraseTable(lib)
+    owner = native.PhraseTable(lib, len(keys))
     owner.sum(keys, counts)
     lap("sum")
     table.set(owner.lookup(keys, 5))

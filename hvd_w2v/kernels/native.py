@@ -585,7 +585,7 @@ class LocalSession:
 
 # -- word2phrase's passes (phrases_kernel.cc) ---------------------------------------------------------------
 
-PHRASE_FUNCTIONS = {"hvd_w2v_phrases_new": ([], P), "hvd_w2v_phrases_free": ([P], None),
+PHRASE_FUNCTIONS = {"hvd_w2v_phrases_new": ([I64], P), "hvd_w2v_phrases_free": ([P], None),
                     "hvd_w2v_phrases_start": ([P, I64, P, I64], None),
                     "hvd_w2v_phrases_count": ([P, P, I64, I64], I64), "hvd_w2v_phrases_size": ([P], I64),
                     "hvd_w2v_phrases_export": ([P, P, P], None), "hvd_w2v_phrases_set": ([P, P], None),
@@ -605,8 +605,9 @@ def phrases_kernel():
 class PhraseTable:
     """phrases_kernel.cc's table of one rank's words and pairs, and its scans of blocks of text (bytes)."""
 
-    def __init__(self, lib):
-        self.lib, self.handle = lib, lib.hvd_w2v_phrases_new()
+    def __init__(self, lib, keys=0):
+        """A table sized for ``keys`` keys (an owner's, which knows how many it receives), growing past them."""
+        self.lib, self.handle = lib, lib.hvd_w2v_phrases_new(keys)
 
     def __del__(self):
         if getattr(self, "handle", None):

@@ -64,7 +64,7 @@ struct Slot {
 class Slots {
  public:
   explicit Slots(size_t n) : n_(n) {
-    void* p = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     p_ = static_cast<Slot*>(p);
   }
@@ -94,7 +94,12 @@ struct Table {
   bool has_word = false;
   std::string word;
 
-  Table() : slots(1 << 16) {}
+  explicit Table(int64_t keys) : slots(slots_for(keys)) {}
+  static size_t slots_for(int64_t keys) {  // the least that holds ``keys`` at most half full, 2^16 at least
+    size_t n = 1 << 16;
+    while (n < 2 * static_cast<size_t>(keys)) n *= 2;
+    return n;
+  }
 
   void prefetch(Key k) const { __builtin_prefetch(&slots[k.a & (slots.size() - 1)]); }
   int64_t find(Key k) const {  // k's slot, or the empty one where it would go
@@ -180,7 +185,8 @@ void scan(const unsigned char* text, int64_t n, bool drop_last, Each&& each) {
 
 extern "C" {
 
-void* hvd_w2v_phrases_new() { return new Table(); }
+// A table sized for ``keys`` keys (it grows past them; 0: a small one).
+void* hvd_w2v_phrases_new(int64_t keys) { return new Table(keys); }
 
 void hvd_w2v_phrases_free(void* t) { delete static_cast<Table*>(t); }
 
@@ -232,9 +238,7 @@ void hvd_w2v_phrases_set(void* t, const int64_t* counts) {
   int64_t e = 0, kept = 0;
   for (Slot& s : T.slots)
     if (s.key.b) s.count = counts[e++], kept += s.count != 0;
-  size_t size = 1 << 16;
-  while (size < 2 * static_cast<size_t>(kept)) size *= 2;
-  Slots old(size);
+  Slots old(Table::slots_for(kept));
   old.swap(T.slots);  // (now the old ones)
   for (const Slot& s : old)
     if (s.key.b && s.count) T.slots[T.find(s.key)] = s;

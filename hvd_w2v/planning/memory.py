@@ -507,17 +507,16 @@ class CountingLimit:
 # with the keys by
 #   mpi/launch -n P --threads T python -m hvd_w2v.bench.memory_probes phrases CORPUS DIR
 # - counting: the tables, growing, and once counted their keys exported and laid end to end (48 B a key held);
-# - the owners' sums and answers, the peak: the tables, the export and each key's owner, place and answer (72 B
-#   a key held); the keys and counts received (24 B) and the owner's table summing them, growing; on several
-#   ranks the keys grouped by owner beside those received (32 B a key held);
+# - the owners' sums and answers, the peak: the tables, the export and each key's owner, place and answer (84 B
+#   a key held); the keys and counts received (24 B) and the owner's table, made for them all; on several ranks
+#   the keys grouped by owner beside those received (20 B a key held);
 # - the joins: the tables, the answers (8 B a key), each word's joinable mark and join (3 B a word), the joins
 #   decided phrases.JOIN_WORDS at a time (40 B a word of them);
 # - a block's scan: the block, its keys (two a word, a word at least 2 bytes: 16 B a byte) and counts, the
 #   output (2 B a byte) and its copy: 40 B a byte, a part at a time on each thread.
-# The peaks measured were 83% to 97% of this plan but for 1 x 2 on the 150,000 lines, 4% above it (what the
-# second thread's heap keeps; not seen on the other texts). Python's loops (the fallback: a Counter of bytes
-# strings, the owners' dict of keys as tuples) have no slots: their figures a key, all in, fitted on the same
-# probe's peaks (HVD_W2V_KERNEL=python), 150,000 lines: 90% and 93% of their plan.
+# The peaks measured are 82% to 100% of this plan. Python's loops (the fallback: a Counter of bytes strings, the
+# owners' dict of keys as tuples) have no slots: their figures a key, all in, fitted on the same probe's peaks
+# (HVD_W2V_KERNEL=python), 150,000 lines: 90% and 93% of their plan.
 
 
 @dataclass(frozen=True)
@@ -533,7 +532,7 @@ class PhrasePasses:
     block: int  # per byte of a part's block
 
 
-PHRASES_COMPILED = PhrasePasses(slot=24, counting=48, held=72, received=24, sent=32, word=3, block=40)
+PHRASES_COMPILED = PhrasePasses(slot=24, counting=48, held=84, received=24, sent=20, word=3, block=40)
 PHRASES_PYTHON = PhrasePasses(slot=0, counting=330, held=380, received=230, sent=32, word=3, block=40)
 
 
@@ -542,18 +541,17 @@ def phrase_slots(keys):
     return max(1 << 16, 1 << (2 * keys - 1).bit_length()) if keys else 1 << 16
 
 
-def phrases_bytes(parts, received, owned=None, words=0, ranks=1, passes=PHRASES_COMPILED):
+def phrases_bytes(parts, received, words=0, ranks=1, passes=PHRASES_COMPILED):
     """The peak of word2phrase's passes above the baseline on a rank of ``ranks`` whose parts' tables hold
     ``parts`` keys each (a list: a part a thread), which receives ``received`` of every rank's keys to sum (its
-    hash-owned share, repeats included) into a table of ``owned`` distinct keys (None: unknown, at most
-    ``received``), and reads ``words`` words (0: unknown): the count, the owners' exchange or the joins."""
+    hash-owned share, repeats included: the owner's table is made for them all), and reads ``words`` words (0:
+    unknown): the count, the owners' exchange or the joins."""
     held, tables = sum(parts), passes.slot * sum(map(phrase_slots, parts))
-    owner = passes.slot * phrase_slots(received if owned is None else owned)
+    owner = passes.slot * phrase_slots(received)
     scans = passes.block * PHRASE_BLOCK_BYTES * len(parts)
     counting = tables * 3 // 2 + passes.counting * held + scans
-    exchange = tables + owner * 3 // 2 + (passes.held + (passes.sent if ranks > 1 else 0)) * held \
-        + passes.received * received
-    joins = tables + 8 * held + passes.word * words + 40 * JOIN_WORDS + scans
+    exchange = tables + owner + (passes.held + (passes.sent if ranks > 1 else 0)) * held + passes.received * received
+    joins = tables + 8 * held + passes.word * words + 40 * (min(words, JOIN_WORDS) if words else JOIN_WORDS) + scans
     return max(counting, exchange, joins)
 
 
@@ -574,7 +572,7 @@ class PhrasesLimit:
 
     def planned(self, parts, received=None, words=0, ranks=None):
         """The passes' planned peak, baseline included (``received`` None: as many as the parts hold)."""
-        return self.baseline + phrases_bytes(parts, sum(parts) if received is None else received, None, words,
+        return self.baseline + phrases_bytes(parts, sum(parts) if received is None else received, words,
                                              ranks or self.ranks, self.passes)
 
     def __call__(self, parts, received=None, words=0):

@@ -231,10 +231,10 @@ class PythonTable:
         return b"".join(t if t == NEWLINE else (b"_" if next(marks) else b" ") + t for t in _tokens(block, drop_last))
 
 
-def table():
-    """The passes' table: phrases_kernel.cc's, else :class:`PythonTable`."""
+def table(keys=0):
+    """The passes' table: phrases_kernel.cc's (sized for ``keys`` keys), else :class:`PythonTable`."""
     lib = native.phrases_kernel()
-    return native.PhraseTable(lib) if lib is not None else PythonTable()
+    return native.PhraseTable(lib, keys) if lib is not None else PythonTable()
 
 
 def _route(comm, keys):
@@ -250,7 +250,7 @@ def _owned(comm, keys, counts):
     per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
     got, _ = comm.alltoallv(keys[order], per_dest)
     got_counts, _ = comm.alltoallv(counts[order], per_dest)
-    owned = table()
+    owned = table(len(got))  # at most as many keys as it received: no growth
     owned.sum(got, got_counts)
     return owned
 
