@@ -284,9 +284,9 @@ def phrase_pass(comm, corpus, out, min_count=5, threshold=100.0, overwrite=False
             shutil.rmtree(stage, ignore_errors=True)
         raise
     seconds = comm.allreduce(time.monotonic() - t0, "max")
-    planned, (held, received, owned, _) = max(  # the busiest rank's
-        (baseline + memory.phrases_bytes(parts, got, words, comm.size, passes), (parts, got, owned, words))
-        for parts, got, owned, words in comm.allgather(sizes))
+    planned, (held, received, owned, _) = max(  # the busiest rank's: (parts' keys, received, owned, its words)
+        (baseline + memory.phrases_bytes(p, r, w, comm.size, passes), (p, r, o, w))
+        for p, r, o, w in comm.allgather(sizes))
     say(f"plan: {planned / memory.MIB:,.0f} MiB per rank = baseline {baseline / memory.MIB:,.0f} + phrases "
         f"{(planned - baseline) / memory.MIB:,.0f} ({sum(held):,} words and pairs held, {received:,} received, "
         f"{owned:,} owned)")

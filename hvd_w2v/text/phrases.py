@@ -341,7 +341,9 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
     exported = [t.export() for t in tables]
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
     held = [len(t) for t in tables]
-    received = int(comm.allreduce(np.bincount(_route(comm, keys)[0], minlength=comm.size))[comm.rank])  # (a P-vector)
+    per_owner = np.bincount(hash_owner(keys[:, 0], comm.size), minlength=comm.size) if len(keys) else np.zeros(
+        comm.size, np.int64)
+    received = int(comm.allreduce(per_owner)[comm.rank])  # (mpi4py: the P-vectors summed)
     comm.agree(limit(held, received, mine) if limit else None)
     owned = _owned(comm, keys, np.concatenate([c for _, c in exported]))
     sizes = (held, received, len(owned), mine)
