@@ -102,7 +102,7 @@ def _vocabulary(args, encode=False):
     from .planning import memory
 
     cfg = config_from(args)
-    limit = memory.parse_size(args.max_memory_per_rank) if args.max_memory_per_rank is not None else None
+    limit = memory.parse_size(args.max_memory_per_rank)
     comm = pipeline.start(cfg, args.threads, args.stall_timeout)
     lock = pipeline.hold(comm, args.out, args.command, overwrite=args.overwrite)
     try:

@@ -108,7 +108,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
         from .common.errors import UserError
 
         raise UserError(f"format must be one or both of {', '.join(FORMATS)}, got {', '.join(format) or 'none'}")
-    limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
+    limit = memory.parse_size(max_memory_per_rank)
     if update and (resume or overwrite or read_vocab or cfg.max_final_vocab):
         from .common.errors import UserError
 
@@ -237,7 +237,7 @@ def phrases(corpus, out, *, min_count=5, threshold=100.0, overwrite=False, threa
     from .planning import memory
 
     comm = start(None, threads, stall_timeout)
-    limit = memory.parse_size(max_memory_per_rank) if max_memory_per_rank is not None else None
+    limit = memory.parse_size(max_memory_per_rank)
     return phrase_pass(comm, corpus, out, min_count, threshold, overwrite, quiet, memory_limit(comm, limit))
 
 

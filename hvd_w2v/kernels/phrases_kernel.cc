@@ -59,8 +59,10 @@ struct Slot {
 
 // A table's slots in pages of their own (mmap): when the table grows, its old slots go back to the system at
 // once, where the heap would keep them resident (glibc raises its mmap threshold after a large free, so the
-// next tables of up to 32 MiB would come from the heap: the passes' peak grew by a third); and fresh pages
-// read as zeros, an empty slot's bytes, so a new table needs no filling.
+// next tables of up to 32 MiB would come from the heap: the passes' peak grew by a third). Fresh pages read as
+// zeros, an empty slot's bytes; they are touched at once (MAP_POPULATE), as a filled vector's were: faulted
+// lazily at random, the two threads of one rank ran 1.4x slower. (text_kernel.cc's Zeroed is the same idea,
+// grown by mremap; a header both include would escape native.build's hash of each kernel's source.)
 class Slots {
  public:
   explicit Slots(size_t n) : n_(n) {

@@ -231,7 +231,8 @@ class Comm:
 
     @_collective
     def allreduce(self, value, op="sum"):
-        """A small scalar reduced over ranks (``op`` is "sum", "max" or "min")."""
+        """A small scalar, or a small numpy array element by element, reduced over ranks (``op`` is "sum",
+        "max" or "min")."""
         from mpi4py import MPI
 
         return self.mpi.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])

@@ -603,7 +603,10 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 def parse_size(text):
     """Bytes in ``text``: plain bytes ("1000000") or a number with a binary unit: "512M", "4G", "1.5GiB",
-    "2gb", "64KiB" (K, M, G, T are powers of 1024, as Slurm's --mem). UserError when it is not a size."""
+    "2gb", "64KiB" (K, M, G, T are powers of 1024, as Slurm's --mem); None for None (no limit given).
+    UserError when it is not a size."""
+    if text is None:
+        return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
     if not m:
         raise UserError(f"--max-memory-per-rank: {text!r} is not a size; write bytes or a number with K, M, "

@@ -330,7 +330,7 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
             if refused:
                 break
             words += t.count(b, drop)
-            error = limit([len(t) for t in tables]) if limit else None
+            error = limit([len(table) for table in tables]) if limit else None
             if error:
                 refused.append(error)
         return words
