@@ -60,11 +60,12 @@ def run(text, out, nranks, *options, env=None, threads=1):
     return b"".join(open(os.path.join(out, n), "rb").read() for n in parts)
 
 
-@pytest.mark.parametrize("nranks, threads, env", [(3, 1, None), (1, 3, {"HVD_W2V_KERNEL": "python"})],
-                         ids=["3x1", "1x3-python"])
+@pytest.mark.parametrize("nranks, threads, env", [(2, 2, None), (1, 3, {"HVD_W2V_KERNEL": "python"})],
+                         ids=["2x2", "1x3-python"])
 def test_the_output_is_word2phrase_s_on_any_layout(text, tmp_path, nranks, threads, env):
-    """Ranks and threads cut the text (into 3, the cuts fall inside runs of joinable words, where a part's joins
-    follow the part before's, on the rank before or on its own); the compiled passes and the Python ones."""
+    """Ranks and threads cut the text (into 4 and 3, the cuts fall inside runs of joinable words, where a part's
+    joins follow the part before's, on the rank before or on its own; a rank's parts written at once and
+    appended in order); the compiled passes (the owners' sums in a table a thread) and the Python ones."""
     want = word2phrase(open(text, "rb").read(), min_count=3, threshold=20.0)
     got = run(text, str(tmp_path / "out"), nranks, env=env, threads=threads)
     assert got == want
@@ -102,6 +103,22 @@ def test_the_compiled_passes_are_the_python_ones():
         joins = np.random.default_rng(0).random(len(phrases._tokens(b, drop))) < 0.5
         joins = joins[:sum(1 for t in phrases._tokens(b, drop) if t != phrases.NEWLINE)]
         assert c.write(b, drop, joins) == p.write(b, drop, joins)
+
+
+def test_an_owner_s_sums_in_several_tables_are_one_table_s():
+    """phrases.Owned: the keys summed in a table a thread, each key in its hash's share, answer as one table."""
+    if native.phrases_kernel() is None:
+        pytest.skip(f"the phrase passes cannot be built here: {native.unavailable('phrases_kernel')}")
+    rng = np.random.default_rng(0)
+    distinct = rng.integers(0, 2**64, (5000, 2), dtype=np.uint64) | np.uint64(1)
+    keys = distinct[rng.integers(0, len(distinct), 20000)]  # repeats, as from several ranks
+    counts = rng.integers(1, 9, len(keys))
+    one, three = phrases.Owned(keys, counts, 1), phrases.Owned(keys, counts, 3)
+    asked = np.concatenate((distinct, rng.integers(0, 2**64, (100, 2), dtype=np.uint64) | np.uint64(1)))
+    assert three.parts == 3 and len(three) == len(one) == len(np.unique(keys, axis=0))
+    assert np.array_equal(three.lookup(asked, 20), one.lookup(asked, 20))
+    assert three.kept(20) == one.kept(20) > 0
+    assert min(len(t) for t in three.tables) > 1000  # each share holds some
 
 
 def test_long_words_and_pairs_are_cut_between_utf8_characters():

@@ -592,8 +592,8 @@ PHRASE_FUNCTIONS = {"hvd_w2v_phrases_new": ([I64], P), "hvd_w2v_phrases_free": (
                     "hvd_w2v_phrases_joinable": ([P, P, I64, I64, I64, F32, F32, P], I64),
                     "hvd_w2v_phrases_write": ([P, I64, I64, P, P], I64),
                     "hvd_w2v_phrases_key": ([P, I64, P], None),
-                    "hvd_w2v_phrases_sum": ([P, P, P, I64], None),
-                    "hvd_w2v_phrases_lookup": ([P, P, I64, I64, P], None),
+                    "hvd_w2v_phrases_sum": ([P, P, P, I64, I64, I64], None),
+                    "hvd_w2v_phrases_lookup": ([P, P, I64, I64, P, I64, I64], None),
                     "hvd_w2v_phrases_kept": ([P, I64], I64)}
 
 
@@ -655,14 +655,18 @@ class PhraseTable:
         return out
 
     # an owner's table: the sums of the keys it owns
-    def sum(self, keys, counts):
+    def sum(self, keys, counts, part=0, parts=1):
+        """Adds ``counts`` to ``keys``, those of them in share ``part`` of ``parts`` (phrases.share_of)."""
         keys, counts = np.ascontiguousarray(keys, np.uint64), np.ascontiguousarray(counts, np.int64)
-        self.lib.hvd_w2v_phrases_sum(self.handle, keys.ctypes.data, counts.ctypes.data, len(counts))
+        self.lib.hvd_w2v_phrases_sum(self.handle, keys.ctypes.data, counts.ctypes.data, len(counts), part, parts)
 
-    def lookup(self, keys, min_count):
+    def lookup(self, keys, min_count, out=None, part=0, parts=1):
+        """Each key's sum (0 below ``min_count``) into ``out`` (int64[n]; new if None), where the key is in share
+        ``part`` of ``parts``; ``out``."""
         keys = np.ascontiguousarray(keys, np.uint64)
-        out = np.empty(len(keys), np.int64)
-        self.lib.hvd_w2v_phrases_lookup(self.handle, keys.ctypes.data, len(keys), min_count, out.ctypes.data)
+        out = np.empty(len(keys), np.int64) if out is None else out
+        self.lib.hvd_w2v_phrases_lookup(self.handle, keys.ctypes.data, len(keys), min_count, out.ctypes.data, part,
+                                        parts)
         return out
 
     def kept(self, min_count):

@@ -137,6 +137,12 @@ struct Table {
   }
 };
 
+// The share of ``parts`` a key falls in: the high half of its second hash scaled, as vocab.hash_owner scales
+// the first's for the rank (phrases.share_of; independent of the owner and of the slot, the first's bits).
+inline int64_t share_of(Key k, int64_t parts) {
+  return static_cast<int64_t>(((k.b >> 32) * static_cast<uint64_t>(parts)) >> 32);
+}
+
 // Where a string of more than ``limit`` bytes is cut: at ``limit``, word2phrase.c's, or before it where that
 // would split a UTF-8 character (``next``, the first byte left out, continues one), so that cut text stays
 // UTF-8; at ``limit`` still where no character starts before it (the text is not UTF-8 there).
@@ -309,21 +315,30 @@ int64_t hvd_w2v_phrases_write(const unsigned char* text, int64_t n, int64_t drop
   return at;
 }
 
-// An owner's sums: counts[i] added to keys[i] (two uint64 each), for i in [0, n).
-void hvd_w2v_phrases_sum(void* t, const uint64_t* keys, const int64_t* counts, int64_t n) {
+// An owner's sums: counts[i] added to keys[i] (two uint64 each), for the i in [0, n) whose key falls in the
+// table's share ``part`` of ``parts`` (:func:`share_of`; an owner's keys in ``parts`` tables, each summed on a
+// thread of its own, every one reading all the keys).
+void hvd_w2v_phrases_sum(void* t, const uint64_t* keys, const int64_t* counts, int64_t n, int64_t part,
+                         int64_t parts) {
   Table& T = *static_cast<Table*>(t);
   for (int64_t i = 0; i < n; ++i) {
+    const Key k{keys[2 * i], keys[2 * i + 1]};
+    if (share_of(k, parts) != part) continue;
     if (i + static_cast<int64_t>(AHEAD) < n) T.prefetch(Key{keys[2 * (i + AHEAD)], keys[2 * (i + AHEAD) + 1]});
-    T.add(Key{keys[2 * i], keys[2 * i + 1]}, counts[i]);
+    T.add(k, counts[i]);
   }
 }
 
-// An owner's answers: out[i] = the sum of keys[i], or 0 where it is below min_count (or not there).
-void hvd_w2v_phrases_lookup(void* t, const uint64_t* keys, int64_t n, int64_t min_count, int64_t* out) {
+// An owner's answers: out[i] = the sum of keys[i], or 0 where it is below min_count (or not there), for the i
+// whose key falls in the table's share ``part`` of ``parts`` (the others' out[i] left as they are).
+void hvd_w2v_phrases_lookup(void* t, const uint64_t* keys, int64_t n, int64_t min_count, int64_t* out, int64_t part,
+                            int64_t parts) {
   const Table& T = *static_cast<Table*>(t);
   for (int64_t i = 0; i < n; ++i) {
+    const Key k{keys[2 * i], keys[2 * i + 1]};
+    if (share_of(k, parts) != part) continue;
     if (i + static_cast<int64_t>(AHEAD) < n) T.prefetch(Key{keys[2 * (i + AHEAD)], keys[2 * (i + AHEAD) + 1]});
-    const int64_t c = T.count(Key{keys[2 * i], keys[2 * i + 1]});
+    const int64_t c = T.count(k);
     out[i] = c >= min_count ? c : 0;
   }
 }

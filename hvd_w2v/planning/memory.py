@@ -541,13 +541,24 @@ def phrase_slots(keys):
     return max(1 << 16, 1 << (2 * keys - 1).bit_length()) if keys else 1 << 16
 
 
+def owner_slots(received, tables):
+    """The slots of an owner's ``tables`` compiled tables (phrases.Owned: one a part) made for the ``received``
+    keys they sum between them, each key in the table of its hash's share: each table planned at the mean of
+    a hash's split plus four of its standard deviations (a table's keys lie beyond that about once in 30,000
+    splits, and then only a table whose keys cross a power of two there takes twice the slots)."""
+    if tables <= 1:
+        return phrase_slots(received)
+    mean = received / tables
+    return tables * phrase_slots(math.ceil(mean + 4 * math.sqrt(mean)))
+
+
 def phrases_bytes(parts, received, words=0, ranks=1, passes=PHRASES_COMPILED):
     """The peak of word2phrase's passes above the baseline on a rank of ``ranks`` whose parts' tables hold
     ``parts`` keys each (a list: a part a thread), which receives ``received`` of every rank's keys to sum (its
-    hash-owned share, repeats included: the owner's table is made for them all), and reads ``words`` words (0:
-    unknown): the count, the owners' exchange or the joins."""
+    hash-owned share, repeats included: the owner's tables, one a part, are made for them all), and reads
+    ``words`` words (0: unknown): the count, the owners' exchange or the joins."""
     held, tables = sum(parts), passes.slot * sum(map(phrase_slots, parts))
-    owner = passes.slot * phrase_slots(received)
+    owner = passes.slot * owner_slots(received, len(parts))
     scans = passes.block * PHRASE_BLOCK_BYTES * len(parts)
     counting = tables * 3 // 2 + passes.counting * held + scans
     exchange = tables + owner + (passes.held + (passes.sent if ranks > 1 else 0)) * held + passes.received * received

@@ -33,6 +33,7 @@ bytes are refused.
 """
 import os
 import re
+import shutil
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -243,16 +244,54 @@ def _route(comm, keys):
     return owners, np.argsort(owners, kind="stable")
 
 
-def _owned(comm, keys, counts):
-    """A table (:func:`table`'s) of the keys this rank owns, summed over every rank's ``keys`` and ``counts``:
-    word2phrase's table, its share here. Collective."""
+def share_of(keys, parts):
+    """The share of ``parts`` each key (uint64[n, 2]) falls in: its second hash's high half scaled, as
+    hash_owner scales the first's for the rank (phrases_kernel.cc's share_of)."""
+    return ((keys[:, 1] >> np.uint64(32)) * np.uint64(parts) >> np.uint64(32)).astype(np.int64)
+
+
+class Owned:
+    """The sums of the keys a rank owns: word2phrase's table, its share here, in ``parts`` tables (:func:`table`'s;
+    one with Python's), each key in the one of its :func:`share_of`, each summed and asked on a thread of its own
+    (the compiled calls release the GIL), every one reading all the keys."""
+
+    def __init__(self, keys, counts, parts):
+        """The tables of ``keys`` summed with their ``counts``, each made for the keys it gets: no growth."""
+        self.parts = parts if native.phrases_kernel() is not None else 1
+        sizes = np.bincount(share_of(keys, self.parts), minlength=self.parts) if len(keys) else [0] * self.parts
+        self.tables = [table(int(n)) for n in sizes]
+        if self.parts == 1:
+            self.tables[0].sum(keys, counts)
+        else:
+            self._each(lambda k, t: t.sum(keys, counts, k, self.parts))
+
+    def _each(self, work):
+        with ThreadPoolExecutor(self.parts) as pool:
+            list(pool.map(work, range(self.parts), self.tables))
+
+    def lookup(self, keys, min_count):
+        """The sums of ``keys``, 0 where one is below ``min_count`` (or not there)."""
+        if self.parts == 1:
+            return self.tables[0].lookup(keys, min_count)
+        out = np.zeros(len(keys), np.int64)
+        self._each(lambda k, t: t.lookup(keys, min_count, out, k, self.parts))
+        return out
+
+    def kept(self, min_count):
+        return sum(t.kept(min_count) for t in self.tables)
+
+    def __len__(self):
+        return sum(map(len, self.tables))
+
+
+def _owned(comm, keys, counts, parts=1):
+    """The sums (:class:`Owned`, in ``parts`` tables) of the keys this rank owns over every rank's ``keys`` and
+    ``counts``. Collective."""
     owners, order = _route(comm, keys)
     per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
     got, _ = comm.alltoallv(keys[order], per_dest)
     got_counts, _ = comm.alltoallv(counts[order], per_dest)
-    owned = table(len(got))  # at most as many keys as it received: no growth
-    owned.sum(got, got_counts)
-    return owned
+    return Owned(got, got_counts, parts)
 
 
 def _ask(comm, owned, keys, min_count):
@@ -338,14 +377,14 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
     mine = sum(each(count))
     comm.agree(refused[0] if refused else None)
     words = comm.allreduce(mine)
-    exported = [t.export() for t in tables]
+    exported = each(lambda k, t, blocks: t.export())
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
     held = [len(t) for t in tables]
     per_owner = np.bincount(hash_owner(keys[:, 0], comm.size), minlength=comm.size) if len(keys) else np.zeros(
         comm.size, np.int64)
     received = int(comm.allreduce(per_owner)[comm.rank])  # (mpi4py: the P-vectors summed)
     comm.agree(limit(held, received, mine) if limit else None)
-    owned = _owned(comm, keys, np.concatenate([c for _, c in exported]))
+    owned = _owned(comm, keys, np.concatenate([c for _, c in exported]), len(parts))
     sizes = (held, received, len(owned), mine)
     say(f"phrases: {words:,} words; {comm.allreduce(owned.kept(min_count)):,} words and pairs of at least "
         f"{min_count}")
@@ -361,14 +400,35 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
                                         for b, drop in blocks])
     joins = _all_joins([np.concatenate(f) if f else np.zeros(0, bool) for f in flags], comm)
 
-    # and its output: each word after "_" where it joins the word before, else after " "
-    with open(os.path.join(out, PART.format(comm.rank)), "wb") as f:
-        for k, t in enumerate(tables):
+    # and its output: each word after "_" where it joins the word before, else after " "; a part a thread, the
+    # first into the rank's file, the others into files of their own, then appended to it in order
+    path = os.path.join(out, PART.format(comm.rank))
+
+    def write(k, t, blocks):
+        with open(path if k == 0 else f"{path}.{k}", "wb") as f:
             at = 0
-            for (block, drop), block_flags in zip(text.blocks(*parts[k]), flags[k]):
+            for (block, drop), block_flags in zip(blocks, flags[k]):
                 f.write(t.write(block, drop, joins[k][at:at + len(block_flags)]))
                 at += len(block_flags)
+
+    each(write)
+    for k in range(1, len(parts)):
+        _append(f"{path}.{k}", path)
     return words, comm.allreduce(sum(int(j.sum()) for j in joins)), sizes
+
+
+def _append(source, target):
+    """The file ``source`` appended to the file ``target``, then removed: copied by the kernel
+    (os.copy_file_range), through a buffer where the file system cannot. (Unbuffered files: both copies move
+    the files' own offsets.)"""
+    with open(source, "rb", buffering=0) as src, open(target, "r+b", buffering=0) as dst:
+        dst.seek(0, os.SEEK_END)
+        try:
+            while os.copy_file_range(src.fileno(), dst.fileno(), 1 << 30):
+                pass
+        except OSError:  # the rest, from where it stopped
+            shutil.copyfileobj(src, dst, 1 << 20)
+    os.remove(source)
 
 
 def _all_joins(joinable, comm):
