@@ -27,10 +27,11 @@ def test_a_shaped_link_carries_no_more_than_its_rate_and_the_planned_row_stands_
     row = lines[header + 1].split()
     assert row[:2] == [str(RATE), "Mb/s"] and row[5] == "shard" and row[6] == "2", row  # V = 2 ranks x 1 thread
     number = lambda s: float(s.replace(",", ""))  # noqa: E731
-    rtt, one_way, both, sent = number(row[2]), number(row[3]), number(row[4]), number(row[-1])
+    rtt, one_way, both, sent = number(row[2]), number(row[3]), number(row[4]), number(row[14])
     assert 0 < rtt < 10_000  # us: a round trip through two veths and a bridge
     for rate in (one_way, both, sent):  # MB/s: shaped (5%: the bucket's burst)
         assert 0 < rate <= RATE / 8 * 1.05, row
     words, planned, ratio = number(row[8]), number(row[9]), number(row[10])
     assert words > 0 and planned > 0 and ratio == pytest.approx(planned / words, abs=0.01)
     assert number(row[11]) > 0 and number(row[12]) > 0 and number(row[13]) > 0  # B/word: run, planned, ratio
+    assert all(0 < number(share.rstrip("%")) <= 100 for share in row[15:17]), row  # the exchange's shares

@@ -19,7 +19,9 @@ their compute timed here as they always are. "ratio" is planned over run. With `
 a core of its own (tests/pretend_hosts.py --cores), as hosts do: without it the two hosts' ranks, and the TCP
 their sends cost, share this machine's cores.
 
-"sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. (Over the
+"sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. "exch": the
+exchange's share of the loop's time, the run's (run.json's exchange_share: its waits, the steps prepared meanwhile
+left out) and the planner's (what the prepare does not cover, in the shard mode). (Over the
 exchange's own seconds it can seem faster than the link: the loop prepares steps while the bytes travel,
 and those seconds are not the exchange's.)
 """
@@ -41,7 +43,7 @@ RATES = "100,300,1000,3000"  # Mb/s: the issue's 0.1 to 3 Gb/s
 MODES = ("exact", "shard")
 HOSTS = os.path.join(ROOT, "tests", "pretend_hosts.py")
 COLUMNS = ["link", "RTT us", "one way MB/s", "both ways MB/s", "mode", "V", "S", "run words/s", "planned words/s",
-           "ratio", "run B/word", "planned B/word", "ratio ", "sent MB/s"]
+           "ratio", "run B/word", "planned B/word", "ratio ", "sent MB/s", "run exch", "planned exch"]
 
 
 # -- on the hosts ---------------------------------------------------------------------------------------------
@@ -154,7 +156,8 @@ class Planners:
             self.corpus.folder.cleanup()
 
     def exact(self, cfg, ranks, threads, network):
-        """plan.py's projection of the exact step: (words/s, bytes sent a word, all ranks)."""
+        """plan.py's projection of the exact step: (words/s, bytes sent a word, all ranks; the exchange's share
+        of the step)."""
         from ..planning import localplan
 
         key = ("exact", cfg)
@@ -162,10 +165,11 @@ class Planners:
             self.measured[key] = localplan.measure_exact(self.corpus, cfg)
         compute, around = self.measured[key]
         row = localplan.exact_plan(self.corpus, cfg, ranks, threads, network, compute, 5, around)
-        return row.words_per_second, row.bytes_per_word
+        return row.words_per_second, row.bytes_per_word, (row.gather + row.scatter + row.reduce) / row.step
 
     def shard(self, cfg, ranks, threads, network, samples=2):
-        """localplan's projection of the shard mode at the run's V = ranks x threads and S: (words/s, B/word)."""
+        """localplan's projection of the shard mode at the run's V = ranks x threads and S: (words/s, B/word; the
+        exchange's share of the super-step, what the prepare does not cover)."""
         from ..planning import localplan
 
         c = replace(cfg, shards=1)  # localplan's nodes host a shard a thread
@@ -177,7 +181,9 @@ class Planners:
         per_position, prepare, rows = self.measured[key]
         r = localplan.project(self.corpus, c, ranks, threads, cfg.hot_rows, network, per_position, range(samples),
                               (prepare, rows))
-        return r["words"], r["bytes_per_word"]
+        exchange = r["gather"] + r["scatter"] + r["reduce"]
+        step = r["compute"] + max(r["gather"] + r["scatter"], prepare) + r["reduce"]
+        return r["words"], r["bytes_per_word"], max(0.0, exchange - prepare) / step if ranks > 1 else 0.0
 
 
 def table(cells, corpus, say):
@@ -205,7 +211,7 @@ def table(cells, corpus, say):
                              f"{words:,.0f}", f"{planned[0]:,.0f}", f"{planned[0] / words:.2f}",
                              f"{run['bytes_per_word']:,.1f}", f"{planned[1]:,.1f}",
                              f"{planned[1] / run['bytes_per_word']:.3f}" if run["bytes_per_word"] else "-",
-                             f"{sent / 1e6:,.1f}"])
+                             f"{sent / 1e6:,.1f}", f"{run['exchange_share']:.0%}", f"{planned[2]:.0%}"])
     finally:
         if planners is not None:
             planners.close()
