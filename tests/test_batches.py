@@ -81,12 +81,17 @@ def test_bad_arrays_are_refused_before_the_loop(builder):
 def test_several_ranges_in_one_call_are_the_ranges_built_one_by_one(builder, monkeypatch, threads):
     """batches.build_ranges (localsgd's shards: a range a thread, one call): each range's examples and count
     as batches.build's, range after range, empty and one-position ranges, the stream's ends, more ranges than
-    threads and fewer; the numpy fallback the same."""
+    threads and fewer; the numpy fallback the same; and built into reused room (native.Scratch, training's), the
+    same after a larger call's."""
     stream, voc = zipf_stream(30_000, 3_000, seed=6), zipf_vocab(3_000, 1e-3)
     cfg = Config(seed=3)
     ranges = [(0, 64), (29_990, 30_000), (500, 500), (12_345, 12_346), (7_000, 9_000), (64, 128), (15_000, 15_300)]
+    scratch = native.Scratch()
     for chosen in (ranges, ranges[4:5], []):
         got, counts = batches.build_ranges(stream, voc, cfg, 2, chosen, threads)
+        reused, reused_counts = batches.build_ranges(stream, voc, cfg, 2, chosen, threads, scratch)
+        assert reused_counts.tolist() == counts.tolist()
+        assert all(np.array_equal(getattr(reused, f), getattr(got, f)) for f in ("centres", "contexts", "negatives"))
         parts = [batches.build(stream, voc, cfg, 2, lo, hi) for lo, hi in chosen]
         assert counts.tolist() == [len(p) for p in parts]
         monkeypatch.setattr(native, "example_builder", lambda: None)

@@ -114,6 +114,12 @@ def test_a_superstep_plan_counts_the_shards_that_name_a_row(compiled, monkeypatc
         step = localsgd.superstep_plan(batch, bounds, RowPlan(words, 2), 0, True, threads)
         assert dict(zip(step.keys.tolist(), step.sgd.tolist())) == want
     assert max(want.values()) == 3 and min(want.values()) == 1
+    if compiled:  # made in reused room (native.Scratch, training's), a plan keeps its keys past the next one's
+        scratch = native.Scratch()
+        first = localsgd.superstep_plan(batch, bounds, RowPlan(words, 2), 0, True, 2, scratch)
+        other = batches.Batch(batch.centres[::-1] + 1, contexts[::-1].copy(), batch.negatives[::-1].copy())
+        localsgd.superstep_plan(other, bounds, RowPlan(words + 1, 2), 0, True, 2, scratch)
+        assert dict(zip(first.keys.tolist(), first.sgd.tolist())) == want
     if compiled:  # bounds that leave centres out, or fall, are refused
         for bad in ([0, 250, 999], [0, 700, 250, 1000]):
             with pytest.raises(ValueError, match="shard bounds"):

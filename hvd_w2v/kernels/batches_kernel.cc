@@ -196,9 +196,13 @@ inline int64_t id_class(int64_t id) { return id & (KEY_CLASSES - 1); }
 // each cell's keys go next in the table (``next``). All of it the thread's own, so that none writes a cache
 // line of another's.
 struct ClassKeys {
-  ClassKeys(int64_t expected, int team, bool by_shard) : number(expected), numbered(team), by_shard(by_shard) {}
+  ClassKeys(int64_t expected, int team, bool by_shard) : number(expected), by_shard(by_shard) {
+    if (static_cast<int>(numbered.size()) < team) numbered.resize(team);
+    for (auto& range : numbered) range.clear();
+  }
   KeyNumbers number;
-  std::vector<std::vector<int32_t>> numbered;
+  // kept from call to call (cleared, never shrunk), as Dealt's sights: a super-step's are tens of MB
+  std::vector<std::vector<int32_t>>& numbered = buffer();
   std::vector<double> weight;
   std::vector<int64_t> cell, next;
   std::vector<int32_t> slot;
@@ -220,6 +224,12 @@ struct ClassKeys {
       weight[g] += 1;
     }
     numbered[range].push_back(static_cast<int32_t>(g));
+  }
+
+ private:
+  static std::vector<std::vector<int32_t>>& buffer() {
+    static thread_local std::vector<std::vector<int32_t>> numbered;
+    return numbered;
   }
 };
 

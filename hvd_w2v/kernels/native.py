@@ -433,11 +433,29 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
     return centres[:n], contexts[:n], negatives[:n]
 
 
-def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, threads=1):
+class Scratch:
+    """Arrays a caller reuses from call to call (:func:`build_ranges`' examples): what a call returns in them
+    lasts until the next call. Pages written once stay the process's: a super-step's examples are tens of MB,
+    and fresh pages each time cost the kernel's faults, which several threads take in turn."""
+
+    def __init__(self):
+        self.arrays = {}
+
+    def take(self, name, shape, dtype):
+        """An array of ``shape`` in the buffer ``name``, grown (a quarter more than asked) when too small."""
+        size = math.prod(shape)
+        held = self.arrays.get(name)
+        if held is None or held.dtype != dtype or len(held) < size:
+            held = self.arrays[name] = np.empty(size + size // 4, dtype)
+        return held[:size].reshape(shape)
+
+
+def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, threads=1, scratch=None):
     """build_examples over several ranges in one call, a range a thread: range r's ids ``ids[r]`` (int32,
     read from stream position ``bases[r]``), its centres ``[los[r], his[r])``. Returns the examples of all,
     range after range (centres, contexts, negatives, as build_examples), and each range's count (int64[R]):
-    the same examples as a call per range."""
+    the same examples as a call per range. With ``scratch`` (a :class:`Scratch`), the examples are written
+    into its arrays, which the next call with it writes over."""
     arrays = _runs_arrays(runs, window, negative)
     bases, los, his = (np.ascontiguousarray(a, np.int64) for a in (bases, los, his))
     id_at = np.cumsum([0] + [len(i) for i in ids], dtype=np.int64)
@@ -446,9 +464,10 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
             and (len(flat) == 0 or flat.max() < arrays[0][-1])):
         raise ValueError("build_ranges: inconsistent vocabulary runs or positions")
     most = int(np.maximum(his - los, 0).sum())
-    centres = np.empty(most, np.int64)
-    contexts = np.empty((most, 2 * window), np.int64)
-    negatives = np.empty((most, negative), np.int64)
+    take = scratch.take if scratch is not None else (lambda _, shape, dtype: np.empty(shape, dtype))
+    centres = take("centres", (most,), np.int64)
+    contexts = take("contexts", (most, 2 * window), np.int64)
+    negatives = take("negatives", (most, negative), np.int64)
     counts = np.empty(len(ids), np.int64)
     n = lib.hvd_w2v_build_ranges(flat.ctypes.data, id_at.ctypes.data, bases.ctypes.data, los.ctypes.data,
                                  his.ctypes.data, len(ids), *[int(k) for k in keys], window, span, negative,
@@ -457,12 +476,14 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
     return centres[:n], contexts[:n], negatives[:n], counts
 
 
-def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1, bounds=None):
+def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n_pad, threads=1, bounds=None,
+              scratch=None):
     """loop.StepPlan.of's table for one block (the compiled step's), built on ``threads`` threads (the same
     table on any count). Returns keys int64[U] grouped by owner, hot last; owned int64[ranks + 1]; ctx
     int32[n_pad, width] and tgt int32[n_pad, 1 + negative], the examples' slots ("none" where empty); sgd
     float32[U]: each key's SGD updates, or with ``bounds`` (shard s's centres ``[bounds[s], bounds[s + 1])``,
-    from 0 to all) the shards that touch it."""
+    from 0 to all) the shards that touch it. The keys and counts are written into room for every occurrence,
+    then copied out: that room from ``scratch`` (a :class:`Scratch`) where given."""
     centres, contexts, negatives = (np.ascontiguousarray(a, np.int64) for a in (centres, contexts, negatives))
     n, width = contexts.shape
     negative = negatives.shape[1]
@@ -476,8 +497,9 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
         if not (2 <= len(bounds) <= 1 << 24 and bounds[0] == 0 and bounds[-1] == n and np.all(np.diff(bounds) >= 0)):
             raise ValueError(f"step_plan: shard bounds must rise from 0 to the {n} centres, fewer than 2^24 shards")
     occurrences = n * (width + 1 + negative)
-    keys = np.empty(occurrences, np.int64)
-    sgd = np.empty(occurrences, np.float32)
+    take = scratch.take if scratch is not None else (lambda _, shape, dtype: np.empty(shape, dtype))
+    keys = take("keys", (occurrences,), np.int64)
+    sgd = take("sgd", (occurrences,), np.float32)
     owned = np.empty(ranks + 1, np.int64)
     ctx = np.empty((n_pad, width), np.int32)
     tgt = np.empty((n_pad, 1 + negative), np.int32)
@@ -486,7 +508,7 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
                                    owned.ctypes.data, ctx.ctypes.data, tgt.ctypes.data, sgd.ctypes.data,
                                    None if bounds is None else bounds.ctypes.data,
                                    0 if bounds is None else len(bounds) - 1, threads)
-    return keys[:unique], owned, ctx, tgt, sgd[:unique]
+    return keys[:unique].copy(), owned, ctx, tgt, sgd[:unique].copy()
 
 
 # -- shard-local SGD's super-step (localsgd_kernel.cc) -------------------------------------------------------

@@ -122,17 +122,18 @@ def _model(words, dim):
 def _examples_seconds(corpus, cfg, ranges, counts, repeats=9):
     """Seconds on each of ``counts`` threads here of a node's examples for ``ranges`` (positions ``[lo, hi)``, a
     shard each; batches.build_ranges) and their table of unique rows with the shards touching each row
-    (localsgd.superstep_plan): {threads: the least of ``repeats`` rounds}, the first left out (it allocates).
+    (localsgd.superstep_plan), in room reused from call to call as training's (native.Scratch): {threads: the
+    least of ``repeats`` rounds}, the first left out (it allocates).
     A round times every count in turn, so that a shared machine's moods fall on them alike (one count's
     rounds after the other's moved the speed-up from 1 to 2 threads, and on_node's projection, from run to
     run)."""
-    voc, times = corpus.vocab, {n: [] for n in counts}
+    voc, times, scratch = corpus.vocab, {n: [] for n in counts}, native.Scratch()  # reused, as training's
     for _ in range(repeats + 1):
         for n in counts:
             t = time.perf_counter()
-            batch, sizes = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, n)
+            batch, sizes = batches.build_ranges(corpus.stream, voc, cfg, 0, ranges, n, scratch)
             superstep_plan(batch, np.cumsum(np.concatenate(([0], sizes)), dtype=np.int64), RowPlan(voc.size, 1), 0,
-                           cfg.sg, n)
+                           cfg.sg, n, scratch)
             times[n].append(time.perf_counter() - t)
     return {n: float(np.min(t[1:])) for n, t in times.items()}
 

@@ -102,18 +102,19 @@ def _examples(stream, vocab, cfg, epoch, lo, hi, threads):
     return Batch(kid[centre][has_context], contexts, negatives)
 
 
-def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1):
+def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1, scratch=None):
     """:func:`build` of several ranges of centres ``[(lo, hi), ...]``: one Batch of their examples, range after
     range, and each range's count (int64[R]). With at least as many ranges as ``threads``, the compiled builder
-    builds a range a thread in one call (a rank's shards of a few positions each: localsgd); else each range in
-    turn, on every thread (numpy: on one). The same examples either way."""
+    builds a range a thread in one call (a rank's shards of a few positions each: localsgd), into ``scratch``'s
+    arrays where given (native.Scratch: the Batch lasts until the next call with it); else each range in turn,
+    on every thread (numpy: on one). The same examples either way."""
     lib = native.example_builder()
     if lib is not None and len(ranges) >= threads:
         around = [read_around(stream, cfg, lo, hi) for lo, hi in ranges]
         *made, counts = native.build_ranges(lib, [ids for ids, _ in around], [base for _, base in around],
                                             [lo for lo, _ in ranges], [hi for _, hi in ranges],
                                             builder_keys(cfg, epoch), cfg.window, cfg.context_span, cfg.negative,
-                                            vocab.runs, threads)
+                                            vocab.runs, threads, scratch)
         return with_paths(Batch(*made), vocab, cfg), counts
     parts = [_examples(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
     fields = ("centres", "contexts", "negatives")

@@ -31,14 +31,15 @@ def parts(cfg):
     return -(-cfg.superstep // cfg.substep)
 
 
-def prepare_substeps(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
+def prepare_substeps(stream, vocab, cfg, plan, n_hot, done, rank, threads=1, scratch=None):
     """localsgd.prepare_superstep's StepPlan of global super-step ``done``, with ``segments``: its shards'
     centres by sub-step (shard s's sub-step j: ``[segments[s J + j], segments[s J + j + 1])``, J = parts(cfg)).
-    ``bounds`` (a shard's centres) is every J-th of them, so the merge's shard counts are localsgd's."""
+    ``bounds`` (a shard's centres) is every J-th of them, so the merge's shard counts are localsgd's.
+    ``scratch``: localsgd.prepare_superstep's."""
     J = parts(cfg)
     batch, segments = localsgd.superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank),
-                                                 threads, J)
-    step = superstep_plan(batch, segments[::J], plan, n_hot, cfg.sg, threads)
+                                                 threads, J, scratch)
+    step = superstep_plan(batch, segments[::J], plan, n_hot, cfg.sg, threads, scratch)
     step.segments = segments
     return step
 
@@ -52,7 +53,8 @@ class HotSync(LocalSGD):
     def __init__(self, cfg, vocab, stream, plan, hot, rank, threads):
         super().__init__(cfg, vocab, stream, plan, hot, rank, threads)
         self.hot, self.parts = hot, parts(cfg)
-        self.prepare = lambda done: prepare_substeps(stream, vocab, cfg, plan, hot.n, done, rank, threads)
+        scratch = native.Scratch()
+        self.prepare = lambda done: prepare_substeps(stream, vocab, cfg, plan, hot.n, done, rank, threads, scratch)
 
     def maths(self, rows, step, alpha):
         """Every hosted shard's SGD from the snapshot ``rows``, the hot rows merged after each sub-step into

@@ -40,12 +40,13 @@ def hosted(shards, ranks, rank):
     return range(shards * rank // ranks, shards * (rank + 1) // ranks)
 
 
-def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1):
+def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1, scratch=None):
     """The examples of ``shards`` (a range of shard numbers) in global super-step ``done`` (counted over all
     epochs), in shard order: ``(batch, bounds)``, shard ``shards[s]``'s centres ``[bounds[s], bounds[s + 1])``
     of ``batch``, built in one call, a shard a thread, where the rank hosts as many shards as threads
     (batches.build_ranges). With ``parts`` sub-steps of ``cfg.substep`` positions (hotsync), each shard's
-    centres are cut by them: shard s's sub-step j is ``[bounds[s parts + j], bounds[s parts + j + 1])``."""
+    centres are cut by them: shard s's sub-step j is ``[bounds[s parts + j], bounds[s parts + j + 1])``. With
+    ``scratch`` (native.Scratch), the batch lasts until its next use."""
     n = len(stream)
     epoch, k = divmod(done, cfg.steps_per_epoch(n))
     ranges = []
@@ -54,23 +55,25 @@ def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1):
         start, end = min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)
         ranges += [(start, end)] if parts == 1 else [
             (min(end, start + j * cfg.substep), min(end, start + (j + 1) * cfg.substep)) for j in range(parts)]
-    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads)
+    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads, scratch)
     return batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
 
 
-def prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads=1):
+def prepare_superstep(stream, vocab, cfg, plan, n_hot, done, rank, threads=1, scratch=None):
     """Rank ``rank``'s StepPlan of global super-step ``done`` under ``plan`` (a RowPlan: its rank count), with
     ``bounds``: its shards' centres. Its ``sgd`` counts, per row, the shards that touch it (the merge rule's
-    m). A function of corpus positions alone, like loop.prepare_step."""
-    batch, bounds = superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank), threads)
-    return superstep_plan(batch, bounds, plan, n_hot, cfg.sg, threads)
+    m). A function of corpus positions alone, like loop.prepare_step. ``scratch`` (native.Scratch): room for
+    the examples and the table's making, reused from super-step to super-step."""
+    batch, bounds = superstep_batches(stream, vocab, cfg, done, hosted(cfg.shards, plan.ranks, rank), threads,
+                                      scratch=scratch)
+    return superstep_plan(batch, bounds, plan, n_hot, cfg.sg, threads, scratch)
 
 
-def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1):
+def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1, scratch=None):
     """The StepPlan of a super-step's examples ``batch``, its shards' centres ``[bounds[s], bounds[s + 1])``:
     one table for all its shards, ``sgd`` the shards touching each row (counted as the table is numbered),
     ``bounds`` kept on it."""
-    step = StepPlan.of(batch, plan, n_hot, sg, 1, threads, bounds)
+    step = StepPlan.of(batch, plan, n_hot, sg, 1, threads, bounds, scratch)
     step.bounds = bounds
     return step
 
@@ -100,7 +103,8 @@ class LocalSGD:
         self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
         self.lib = native.local_sgd_kernel()
         self.apply = merge_rule(cfg, threads)
-        self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, hot.n, done, rank, threads)
+        scratch = native.Scratch()  # the examples, used up by each super-step's plan as it is made
+        self.prepare = lambda done: prepare_superstep(stream, vocab, cfg, plan, hot.n, done, rank, threads, scratch)
 
     @staticmethod
     def empty_rows(table, dim):

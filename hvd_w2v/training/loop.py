@@ -332,19 +332,20 @@ class StepPlan:
         return Ask(self.keys[:self.cold], self.owned, self.sgd[:self.cold])
 
     @classmethod
-    def of(cls, batch, plan, n_hot, sg, groups, threads=1, bounds=None):
+    def of(cls, batch, plan, n_hot, sg, groups, threads=1, bounds=None, scratch=None):
         """The plan of ``batch`` for a step function of ``groups`` width groups (sgns.step_function): 1 puts
         every centre in one block, its contexts where the examples hold them (what the compiled step takes: it
         skips empty slots itself), numbered on ``threads`` threads (the same plan on any count); ``window``
         left-packs them and groups centres by width (the graph; numpy, one thread). With ``bounds`` (shard s's
-        centres ``[bounds[s], bounds[s + 1])``, from 0 to all), ``sgd`` counts the shards touching each row."""
+        centres ``[bounds[s], bounds[s + 1])``, from 0 to all), ``sgd`` counts the shards touching each row.
+        ``scratch`` (native.Scratch): the compiled plan's room, reused."""
         lib = native.example_builder() if groups == 1 else None
         hs = batch.path is not None
         if lib is not None:  # the same plan, in two passes (batches_kernel.cc)
             first, rest = (batch.path[:, 0], batch.path[:, 1:]) if hs else (batch.centres, batch.negatives)
             keys, owned, ctx, tgt, sgd = native.step_plan(
                 lib, first, batch.contexts, rest, plan.ranks, n_hot, sg, ROW_BUCKET,
-                _round_up(len(batch), CENTRE_BUCKET), threads, bounds)
+                _round_up(len(batch), CENTRE_BUCKET), threads, bounds, scratch)
             table = _round_up(len(keys) + 1, ROW_BUCKET)
             return cls(keys, owned[:-1], len(keys) - owned[-1], table, [ctx], [tgt], sgd,
                        [_padded(batch.codes, 0)] if hs else None)
