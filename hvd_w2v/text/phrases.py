@@ -238,10 +238,35 @@ def table(keys=0):
     return native.PhraseTable(lib, keys) if lib is not None else PythonTable()
 
 
-def _route(comm, keys):
-    """The owner of each key (uint64[n, 2]), and the order that groups them by owner."""
-    owners = hash_owner(keys[:, 0], comm.size) if len(keys) else np.zeros(0, np.int64)
-    return owners, np.argsort(owners, kind="stable")
+class Route:
+    """Where a rank's keys (uint64[n, 2]) go: each one's hash owner among ``ranks`` (vocab.hash_owner), the
+    order that groups them by owner and each owner's count. One rank owns them all: no order, nothing moves."""
+
+    def __init__(self, keys, ranks):
+        self.ranks = ranks
+        if ranks == 1:
+            self.order, self.per_dest = None, np.array([len(keys)], np.int64)
+            return
+        owners = hash_owner(keys[:, 0], ranks) if len(keys) else np.zeros(0, np.int64)
+        self.order = np.argsort(owners, kind="stable")
+        self.per_dest = np.bincount(owners, minlength=ranks).astype(np.int64)
+
+    def send(self, comm, values):
+        """Every rank's ``values`` (one a key, in its keys' order) at their keys' owners: (what came here, in
+        rank order; each rank's count). Collective."""
+        if self.order is None:
+            return values, self.per_dest
+        return comm.alltoallv(values[self.order], self.per_dest)
+
+    def back(self, comm, answers, per_source):
+        """The owners' ``answers`` to what :meth:`send` brought them (``per_source``: its counts), each back at
+        its key's place here. Collective."""
+        if self.order is None:
+            return answers
+        got, _ = comm.alltoallv(answers, per_source)
+        out = np.empty(len(self.order), got.dtype)
+        out[self.order] = got
+        return out
 
 
 def share_of(keys, parts):
@@ -284,26 +309,19 @@ class Owned:
         return sum(map(len, self.tables))
 
 
-def _owned(comm, keys, counts, parts=1):
+def _owned(comm, route, keys, counts, parts=1):
     """The sums (:class:`Owned`, in ``parts`` tables) of the keys this rank owns over every rank's ``keys`` and
-    ``counts``. Collective."""
-    owners, order = _route(comm, keys)
-    per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
-    got, _ = comm.alltoallv(keys[order], per_dest)
-    got_counts, _ = comm.alltoallv(counts[order], per_dest)
+    ``counts`` (``route``: their :class:`Route`). Collective."""
+    got, _ = route.send(comm, keys)
+    got_counts, _ = route.send(comm, counts)
     return Owned(got, got_counts, parts)
 
 
-def _ask(comm, owned, keys, min_count):
+def _ask(comm, route, owned, keys, min_count):
     """The owners' sums of ``keys`` (uint64[n, 2]; 0 where one is below ``min_count``: word2phrase's pruning),
-    in the order asked. Collective."""
-    owners, order = _route(comm, keys)
-    per_dest = np.bincount(owners, minlength=comm.size).astype(np.int64)
-    got, per_source = comm.alltoallv(keys[order], per_dest)
-    back, _ = comm.alltoallv(owned.lookup(got, min_count), per_source)
-    counts = np.zeros(len(keys), np.int64)
-    counts[order] = back
-    return counts
+    in the order asked (``route``: their :class:`Route`). Collective."""
+    got, per_source = route.send(comm, keys)
+    return route.back(comm, owned.lookup(got, min_count), per_source)
 
 
 def _last_tokens(text, lo, hi, last):
@@ -380,25 +398,27 @@ def phrase(comm, paths, out, min_count=5, threshold=100.0, say=print, limit=None
     exported = each(lambda k, t, blocks: t.export())
     keys = np.concatenate([k for k, _ in exported]) if exported else np.zeros((0, 2), np.uint64)
     held = [len(t) for t in tables]
-    per_owner = np.bincount(hash_owner(keys[:, 0], comm.size), minlength=comm.size) if len(keys) else np.zeros(
-        comm.size, np.int64)
-    received = int(comm.allreduce(per_owner)[comm.rank])  # (mpi4py: the P-vectors summed)
+    route = Route(keys, comm.size)
+    received = int(comm.allreduce(route.per_dest)[comm.rank])  # (mpi4py: the P-vectors summed)
     comm.agree(limit(held, received, mine) if limit else None)
-    owned = _owned(comm, keys, np.concatenate([c for _, c in exported]), len(parts))
+    owned = _owned(comm, route, keys, np.concatenate([c for _, c in exported]), len(parts))
     sizes = (held, received, len(owned), mine)
     say(f"phrases: {words:,} words; {comm.allreduce(owned.kept(min_count)):,} words and pairs of at least "
         f"{min_count}")
 
     # its second: a word may join the one before it where both and their pair are counted min_count times
     # or more and the score passes the threshold; whether it does depends on the word before's join
-    answers = np.split(_ask(comm, owned, keys, min_count), np.cumsum([len(k) for k, _ in exported])[:-1])
-    del owned, keys, exported
-    for k, t in enumerate(tables):
+    answers = np.split(_ask(comm, route, owned, keys, min_count), np.cumsum([len(k) for k, _ in exported])[:-1])
+    del owned, keys, exported, route
+
+    def answered(k, t, blocks):
         t.set(answers[k])
         t.start(*_before(ends, first + k))
+
+    each(answered)
     flags = each(lambda k, t, blocks: [t.joinable(b, drop, min_count, np.float32(threshold), np.float32(words))
                                         for b, drop in blocks])
-    joins = _all_joins([np.concatenate(f) if f else np.zeros(0, bool) for f in flags], comm)
+    joins = _all_joins([np.concatenate(f) if f else np.zeros(0, bool) for f in flags], comm, each)
 
     # and its output: each word after "_" where it joins the word before, else after " "; a part a thread, the
     # first into the rank's file, the others into files of their own, then appended to it in order
@@ -431,9 +451,10 @@ def _append(source, target):
     os.remove(source)
 
 
-def _all_joins(joinable, comm):
+def _all_joins(joinable, comm, each):
     """The joins of this rank's parts' ``joinable`` words (a list, in text order), each part's start carried
-    in from the parts before it on every rank. Collective."""
+    in from the parts before it on every rank, each part's then decided by ``each`` (phrase's: the parts at
+    once). Collective."""
     def end(flags, start):  # whether the part's last word joins, given its start (an empty part: the start)
         if not len(flags) or not flags[-1]:
             return start if not len(flags) else False
@@ -449,11 +470,11 @@ def _all_joins(joinable, comm):
     carry = False
     for rank_end in comm.allgather(mine)[:comm.rank]:
         carry = rank_end[carry]
-    out = []
+    starts = []
     for flags in joinable:
-        out.append(_joins(flags, carry))
+        starts.append(carry)
         carry = end(flags, carry)
-    return out
+    return each(lambda k, t, blocks: _joins(joinable[k], starts[k]))
 
 
 def _joins(joinable, start):
