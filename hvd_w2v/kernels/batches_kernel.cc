@@ -461,16 +461,16 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
                   window, span, negative, runs, starts, cum, weight, guide, guide_size);
   }
   const int64_t width = 2 * window;
-  int64_t at = 0;
-  for (int64_t r = 0; r < ranges; ++r) {
+  std::vector<int64_t> at(ranges + 1, 0);  // where each range's examples start among all
+  for (int64_t r = 0; r < ranges; ++r) at[r + 1] = at[r] + (counts[r] = made[r].centres.size());
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
+  for (int64_t r = 0; r < ranges; ++r) {  // copied out a range a thread: a node's examples are tens of MB
     const Examples& built = made[r];
-    std::copy(built.centres.begin(), built.centres.end(), centres + at);
-    std::copy(built.contexts.begin(), built.contexts.end(), contexts + at * width);
-    std::copy(built.negatives.begin(), built.negatives.end(), negatives + at * negative);
-    counts[r] = built.centres.size();
-    at += counts[r];
+    std::copy(built.centres.begin(), built.centres.end(), centres + at[r]);
+    std::copy(built.contexts.begin(), built.contexts.end(), contexts + at[r] * width);
+    std::copy(built.negatives.begin(), built.negatives.end(), negatives + at[r] * negative);
   }
-  return at;
+  return at[ranges];
 }
 
 // loop.StepPlan.of(groups=1) for ``n`` centres (centres[n], contexts[n, width] with -1 for none,
