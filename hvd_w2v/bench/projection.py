@@ -20,8 +20,10 @@ a core of its own (tests/pretend_hosts.py --cores), as hosts do: without it the 
 their sends cost, share this machine's cores.
 
 "sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. "exch": the
-exchange's share of the loop's time, the run's (run.json's exchange_share: its waits, the steps prepared meanwhile
-left out) and the planner's (what the prepare does not cover, in the shard mode). (Over the
+exchange's share of the loop's time, the run's (run.json's exchange_share: its waits and an owner's work on the
+rows, the steps prepared meanwhile left out) and the planner's as near as it models that: the shard mode's
+gather and scatter past the prepare, and the owner's rows; the exact step's gather, scatter and allreduce (its
+owner's work is in its compute). (Over the
 exchange's own seconds it can seem faster than the link: the loop prepares steps while the bytes travel,
 and those seconds are not the exchange's.)
 """
@@ -169,7 +171,7 @@ class Planners:
 
     def shard(self, cfg, ranks, threads, network, samples=2):
         """localplan's projection of the shard mode at the run's V = ranks x threads and S: (words/s, B/word; the
-        exchange's share of the super-step, what the prepare does not cover)."""
+        exchange's share of the super-step, as the run counts it: see the module's docstring)."""
         from ..planning import localplan
 
         c = replace(cfg, shards=1)  # localplan's nodes host a shard a thread
@@ -181,9 +183,9 @@ class Planners:
         per_position, prepare, rows = self.measured[key]
         r = localplan.project(self.corpus, c, ranks, threads, cfg.hot_rows, network, per_position, range(samples),
                               (prepare, rows))
-        exchange = r["gather"] + r["scatter"] + r["reduce"]
         step = r["compute"] + max(r["gather"] + r["scatter"], prepare) + r["reduce"]
-        return r["words"], r["bytes_per_word"], max(0.0, exchange - prepare) / step if ranks > 1 else 0.0
+        exchange = max(0.0, r["gather"] + r["scatter"] - prepare) + r["reduce"] + rows  # as the run counts it
+        return r["words"], r["bytes_per_word"], exchange / step
 
 
 def table(cells, corpus, say):
