@@ -434,9 +434,10 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
 
 
 class Scratch:
-    """Arrays a caller reuses from call to call (:func:`build_ranges`' examples): what a call returns in them
-    lasts until the next call. Pages written once stay the process's: a super-step's examples are tens of MB,
-    and fresh pages each time cost the kernel's faults, which several threads take in turn."""
+    """Arrays a caller reuses from call to call (:func:`build_ranges`' examples, :func:`step_plan`'s room for its
+    keys): what a call returns in them lasts until the next call. Pages written once stay the process's: a
+    super-step's examples are tens of MB, and fresh pages each time cost the kernel's faults, which several
+    threads take in turn."""
 
     def __init__(self):
         self.arrays = {}
@@ -448,6 +449,11 @@ class Scratch:
         if held is None or held.dtype != dtype or len(held) < size:
             held = self.arrays[name] = np.empty(size + size // 4, dtype)
         return held[:size].reshape(shape)
+
+    @staticmethod
+    def of(scratch):
+        """``scratch``'s take, or a fresh array's where None."""
+        return scratch.take if scratch is not None else (lambda _, shape, dtype: np.empty(shape, dtype))
 
 
 def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, threads=1, scratch=None):
@@ -464,7 +470,7 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
             and (len(flat) == 0 or flat.max() < arrays[0][-1])):
         raise ValueError("build_ranges: inconsistent vocabulary runs or positions")
     most = int(np.maximum(his - los, 0).sum())
-    take = scratch.take if scratch is not None else (lambda _, shape, dtype: np.empty(shape, dtype))
+    take = Scratch.of(scratch)
     centres = take("centres", (most,), np.int64)
     contexts = take("contexts", (most, 2 * window), np.int64)
     negatives = take("negatives", (most, negative), np.int64)
@@ -497,7 +503,7 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
         if not (2 <= len(bounds) <= 1 << 24 and bounds[0] == 0 and bounds[-1] == n and np.all(np.diff(bounds) >= 0)):
             raise ValueError(f"step_plan: shard bounds must rise from 0 to the {n} centres, fewer than 2^24 shards")
     occurrences = n * (width + 1 + negative)
-    take = scratch.take if scratch is not None else (lambda _, shape, dtype: np.empty(shape, dtype))
+    take = Scratch.of(scratch)
     keys = take("keys", (occurrences,), np.int64)
     sgd = take("sgd", (occurrences,), np.float32)
     owned = np.empty(ranks + 1, np.int64)

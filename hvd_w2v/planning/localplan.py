@@ -97,8 +97,8 @@ def _cooler():
 
 def _cool():
     """Push the data of a timed call out of the core's own caches (a write to every line of COOL_BYTES), as the
-    loop's other work does between its calls of a kind: timed again at once, the same data would be found there
-    (the work around the SGD ran 1.4x to 1.5x faster than in training: hvd_w2v/bench/README.md, "The projection
+    loop's other work does between its calls of a kind: timed again at once, the same data would be found there,
+    and the work around the SGD timed faster than training runs it (hvd_w2v/bench/README.md, "The projection
     checked against runs")."""
     _cooler()[::8] += 1.0
 
