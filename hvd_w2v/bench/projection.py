@@ -19,13 +19,12 @@ their compute timed here as they always are. "ratio" is planned over run. With `
 a core of its own (tests/pretend_hosts.py --cores), as hosts do: without it the two hosts' ranks, and the TCP
 their sends cost, share this machine's cores.
 
-"sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. "exch": the
-exchange's share of the loop's time, the run's (run.json's exchange_share: its waits and an owner's work on the
-rows, the steps prepared meanwhile left out) and the planner's as near as it models that: the shard mode's
-gather and scatter past the prepare, and the owner's rows; the exact step's gather, scatter and allreduce (its
-owner's work is in its compute). (Over the
-exchange's own seconds it can seem faster than the link: the loop prepares steps while the bytes travel,
-and those seconds are not the exchange's.)
+"sent MB/s" is what a rank sent a second over its run: a shaped link keeps it under the rate. (Over the
+exchange's own seconds it can seem faster than the link: the loop prepares steps while the bytes travel, and those
+seconds are not the exchange's.) "exch": the exchange's share of the loop's time, the run's (run.json's
+exchange_share: its waits and an owner's work on the rows, the steps prepared meanwhile left out) and the
+planner's as near as it models that: the shard mode's gather and scatter past the prepare, and the owner's rows;
+the exact step's gather, scatter and allreduce (its owner's work is in its compute).
 """
 import argparse
 import json
