@@ -182,9 +182,8 @@ class Planners:
         per_position, prepare, rows = self.measured[key]
         r = localplan.project(self.corpus, c, ranks, threads, cfg.hot_rows, network, per_position, range(samples),
                               (prepare, rows))
-        step = r["compute"] + max(r["gather"] + r["scatter"], prepare) + r["reduce"]
         exchange = max(0.0, r["gather"] + r["scatter"] - prepare) + r["reduce"] + rows  # as the run counts it
-        return r["words"], r["bytes_per_word"], exchange / step
+        return r["words"], r["bytes_per_word"], exchange / r["step"]
 
 
 def table(cells, corpus, say):

@@ -329,7 +329,7 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
     each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds (the hot
     block's, once a super-step or, with ``cfg.substep``, every substep positions: hotsync), the hot block's
-    bytes a node sends into each allreduce, the node's memory traffic, words/s. The
+    bytes a node sends into each allreduce, the node's memory traffic, the super-step's seconds, words/s. The
     next super-step's examples and table (``other[0]``: :func:`measure_prepare`) are built while the exchange
     waits (loop.Ahead.fill), so they add only what the exchange does not cover. The compute takes at least
     the node's memory traffic (:func:`memory_bytes`) at ``memory_bandwidth`` (bytes/s): the T threads of a
@@ -346,7 +346,8 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     figures = dict(bytes_per_word=0.0, compute=compute, gather=0.0, scatter=0.0, reduce=0.0, block=block)
     if nodes == 1:
         step = compute + prepare
-        return dict(figures, words=threads * cfg.superstep * words_per_position / step, memory=moved / step)
+        return dict(figures, step=step, words=threads * cfg.superstep * words_per_position / step,
+                    memory=moved / step)
     traffic = []
     for step, (_, node) in zip(steps, placed):
         owned = step.owned
@@ -361,7 +362,8 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     step = compute + max(gather + scatter, prepare) + reduce
     positions = nodes * threads * cfg.superstep
     return dict(figures, bytes_per_word=(sent * nodes) / (positions * words_per_position), gather=gather,
-                scatter=scatter, reduce=reduce, words=positions * words_per_position / step, memory=moved / step)
+                scatter=scatter, reduce=reduce, step=step, words=positions * words_per_position / step,
+                memory=moved / step)
 
 
 def exact_row(corpus, cfg, nodes, threads, network, compute, steps, around):

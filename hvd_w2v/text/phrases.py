@@ -243,7 +243,6 @@ class Route:
     order that groups them by owner and each owner's count. One rank owns them all: no order, nothing moves."""
 
     def __init__(self, keys, ranks):
-        self.ranks = ranks
         if ranks == 1:
             self.order, self.per_dest = None, np.array([len(keys)], np.int64)
             return
@@ -283,7 +282,7 @@ class Owned:
     def __init__(self, keys, counts, parts):
         """The tables of ``keys`` summed with their ``counts``, each made for the keys it gets: no growth."""
         self.parts = parts if native.phrases_kernel() is not None else 1
-        sizes = np.bincount(share_of(keys, self.parts), minlength=self.parts) if len(keys) else [0] * self.parts
+        sizes = np.bincount(share_of(keys, self.parts), minlength=self.parts) if self.parts > 1 else [len(keys)]
         self.tables = [table(int(n)) for n in sizes]
         if self.parts == 1:
             self.tables[0].sum(keys, counts)
