@@ -130,7 +130,9 @@ def test_the_memory_plan_holds_every_hosted_shard_s_copy_with_a_substep():
     inside = Config(shards=16, superstep=256, hot_rows=100, substep=64).settled(2, 2)
     assert not base.hot_inside and inside.hot_inside
     vocab, dim = 50_000, base.dim
-    copy = 256 * (2 * base.window + 1 + base.negative)  # a shard's slots: its rows at most
+    # a shard's rows at most: its range's words and those within the context span of its ends, and a target row
+    # each of its centres' targets, and the spare row
+    copy = 256 + 2 * base.context_span + 256 * (1 + base.negative) + 1
     hosted = 8  # 16 shards on 2 ranks
     grown = memory.step_bytes(inside, vocab, 2, 2) - memory.step_bytes(base, vocab, 2, 2)
     copies = 4 * dim * ((hosted - 2) * copy + 2 * 200)  # 6 more copies, and the hot rows twice (2H = 200 rows)

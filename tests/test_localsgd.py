@@ -349,3 +349,13 @@ def test_the_planner_projects_nodes_of_threads_beside_the_exact_step(corpus, cap
     assert 0 < float(slow[15]) <= 0.05 and float(slow[9]) > float(rows[2][9])  # within the bound, at its pace
     assert float(slow[16].replace(",", "")) < float(rows[2][16].replace(",", ""))
     assert localplan.main([corpus, "--threads", "4", "--node-threads", "5"]) == 2
+
+
+def test_merge_rule_left_unsettled_is_the_clipped_one():
+    """A Config whose merge_clip no job's layout settled (a Python user's own loop.train) merges by the rule that
+    cannot diverge, not by the plain sum: the plain sum only where it is asked for (merge_clip 0)."""
+    from hvd_w2v.common.config import MERGE_CLIP, Config
+
+    rule = localsgd.merge_rule(Config(shards=4, superstep=64))
+    assert isinstance(rule, localsgd.ClippedMerge) and rule.clip == MERGE_CLIP
+    assert not isinstance(localsgd.merge_rule(Config(shards=4, superstep=64, merge_clip=0)), localsgd.ClippedMerge)

@@ -117,21 +117,33 @@ def shapes(calls):
 
 
 def phases(argv):
-    """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line)."""
+    """Peak and resident memory after the vocabulary, the encoding and training (a `train` command line), and
+    training's own peak above the resident set before it (model and step: reset through clear_refs) beside the
+    plan's ``training`` (memory.step_bytes and the model) and its step's slots."""
     from hvd_w2v import cli, pipeline
+    from hvd_w2v.planning import memory
     from hvd_w2v.training import loop
 
     args = cli.parser().parse_args(["train", *argv])
     cfg = cli.config_from(args)
     comm = pipeline.start(cfg, args.threads, args.stall_timeout)
+    cfg = pipeline.settle(comm, cfg)  # the fields left to the layout, as `train` chooses them
     paths, voc, cfg, _ = pipeline.vocabulary(comm, args.corpus, args.out, cfg)
     print(f"rank {comm.rank}: after vocab HWM {status('VmHWM')} RSS {status('VmRSS')} V {voc.size:,}", flush=True)
     stream = pipeline.encode(comm, paths, voc, args.out)
     print(f"rank {comm.rank}: after encode HWM {status('VmHWM')} RSS {status('VmRSS')} positions {len(stream):,}",
           flush=True)
-    loop.train(comm, cfg, voc, stream, progress=False)
+    if memory.loads_tensorflow(cfg):
+        comm.horovod()  # TensorFlow and Horovod's start belong to the baseline, not to training
+    reset_peak()
+    start = status_bytes("VmRSS")
+    loop.train(comm, cfg, voc, stream, progress=False, rule=pipeline._rule(cfg))
+    planned = memory.plan(voc.size, cfg, comm.size, voc.total, threads=comm.threads)  # as pipeline.memory_plan
+    slots = memory.step_centres(cfg, comm.size, voc.total) * (2 * cfg.window + memory.targets(cfg, voc.total))
     print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
-          f"RssAnon {status('RssAnon')}", flush=True)
+          f"RssAnon {status('RssAnon')}; training's peak {(status_bytes('VmHWM') - start) / 2**20:,.1f} MiB "
+          f"(planned {planned.training / 2**20:,.1f}: model {planned.model / 2**20:,.1f}, step "
+          f"{planned.step / 2**20:,.1f}), {slots:,} slots a step", flush=True)
 
 
 def passes(argv):

@@ -164,6 +164,12 @@ class Config:
         return self.span or 4 * self.window
 
     @property
+    def clip(self):
+        """The shard merge's clip (localsgd.merge_rule): ``merge_clip``, MERGE_CLIP where it is left to None, so
+        that a Config not settled by a job's layout still merges by the rule that cannot diverge."""
+        return MERGE_CLIP if self.merge_clip is None else self.merge_clip
+
+    @property
     def hot_inside(self):
         """Whether the hot rows merge inside the super-step (hotsync): shards, hot rows and a shorter substep."""
         return bool(self.shards and self.hot_rows and self.substep and self.superstep

@@ -50,7 +50,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..common.config import MERGE_CLIP, WIRES, Config, superstep_for
+from ..common.config import WIRES, Config, superstep_for
 from ..common.errors import UserError
 from ..common.wording import counted
 from ..kernels import native
@@ -256,7 +256,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
             busiest[n].append(max(seconds[n]))
     seconds = {n: float(np.mean(busiest[n])) for n in counts}
     projected, how = _on_node_how(seconds, threads)
-    merged = (f"clipped to {cfg.merge_clip:g}" if cfg.merge_clip else "the sum") + f", as {carrier}"
+    merged = (f"clipped to {cfg.clip:g}" if cfg.clip else "the sum") + f", as {carrier}"
     return projected, (f"an owner's rows' gather and add on {counted(nodes, 'node')} ({merged}; "
                        f"{np.mean(entries):,.0f} rows, {np.mean(distinct):,.0f} distinct, from "
                        f"{counted(nodes, 'source')}) {how}")
@@ -296,8 +296,7 @@ def measure_alone(corpus, cfg, network, exact_compute=None, exact_around=None, e
     examples and table and its rows' gather and add all on the one thread, and (b) the exact step on one rank
     of one thread (plan.py's projection), when ``exact_compute`` is given. The reference the per-core
     efficiency is taken against: one core doing all the work alone, with nothing to exchange."""
-    c = replace(cfg, superstep=ALONE_SUPERSTEP, shards=1, wire="float32",
-                merge_clip=MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip)
+    c = replace(cfg, superstep=ALONE_SUPERSTEP, shards=1, wire="float32", merge_clip=cfg.clip)
     per_position = measure_thread(corpus, c)[0]
     lo = len(corpus.stream) // 2
     prepare = _examples_seconds(corpus, c, [(lo, min(len(corpus.stream), lo + c.superstep))], [1])[1]
@@ -457,9 +456,7 @@ def main(argv=None):
                 network = plan.Network.line(gbps * 1e9, args.latency * 1e-6)
                 for n in nodes:
                     s = superstep_for(n * args.threads, epoch) if spec == "auto" else spec
-                    # train's merge for the row's V and S
-                    clip = MERGE_CLIP if cfg.merge_clip is None else cfg.merge_clip
-                    c = replace(cfg, superstep=s, shards=1, merge_clip=clip, wire=args.wire)
+                    c = replace(cfg, superstep=s, shards=1, merge_clip=cfg.clip, wire=args.wire)  # train's merge
                     if s not in measured:  # the SGD and the examples: the same on any P and merge
                         measured[s] = (measure_thread(corpus, c),
                                        measure_prepare(corpus, c, args.threads, args.node_threads))

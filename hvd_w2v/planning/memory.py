@@ -188,16 +188,18 @@ def distinct_counts(vocab_size, tokens=0):
 STEP_FIXED_BYTES = 10 * MIB
 STEP_BYTES_PER_SLOT = 170
 # A super-step's working set per slot with shards (localsgd), where no TensorFlow runs: the shards' examples
-# and their concatenation (int64), the compiled table's key and SGD-count buffers, the int32 slots. Fitted,
-# as the figure above, on the peak of two 1-rank runs of the first 150,000 lines of data/real/corpus.txt,
-# --epochs 1 --shards 64, one with --superstep 64 (65,536 slots a super-step), one with --superstep 4096 (4.2M):
-# the difference of their peaks less the planned float blocks, over the difference of the slots (the train
-# commands' "memory: planned ..., measured peak" lines; hvd_w2v/bench/README.md, "Shard-local SGD's quality").
-SHARD_BYTES_PER_SLOT = 24
-# ... and per slot on several ranks, beyond that: the same 150,000 lines on 2 ranks of 1 thread, --shards 64,
-# peaked past the plan by a part that grew with the slots from --superstep 64 to 1,024 and 4,096. What holds it
-# (the exchange's keys, MPI's buffers of large messages, the allocator's slack) is not identified.
-SHARD_BYTES_PER_SLOT_RANKS = 24
+# (int64, in reused room: native.Scratch), the table's keys and SGD counts copied out at their size, the int32
+# slots. Fitted on training's own peak (above the resident set before it) in runs of the first 150,000 lines of
+# data/real/corpus.txt, --epochs 1 --shards 64 --superstep 64, 1,024 and 4,096 (65,536 to 4.2M slots a super-step
+# on one rank), printed beside the plan by
+#   mpi/launch -n P --threads 1 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR --epochs 1 \
+#       --shards 64 --superstep S
+# less the planned model and float blocks, over the slots: 9 B a slot on one rank at S = 4,096, where the slots
+# outweigh the float blocks (whose bound, every distinct row a super-step could touch, is loose at smaller S).
+SHARD_BYTES_PER_SLOT = 16
+# ... and per slot on several ranks, beyond that: on 2 ranks the same fit gave 13 B a slot; the margin is for
+# what the passes leave resident before training (the readers' heap), which the plan does not count.
+SHARD_BYTES_PER_SLOT_RANKS = 8
 SHARD_UNIQUE_COPIES = 3  # [U, dim] blocks of a super-step: its table, its deltas, the exchange's buffer
 # Float32 [slots, dim] blocks alive at once in the skip-gram step: the gathered context and output rows and their
 # updates (c, o, d_c, d_o: 2 blocks of the step's slots), plus TensorFlow's temporaries (about two more blocks at
@@ -311,6 +313,7 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     slots = centres * per_centre
     unique = min(slots, 2 * vocab_size) + 1
     if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
+        unique = min(unique, shard_rows(cfg, vocab_size, centres, hosted, positions))  # a shard's range: contiguous
         # With --merge-clip an owner chains each row's entries before summing them (native.merge_sources): per
         # entry its index, where its delta is, the next entry of its row, its row's hash bucket (two to four, 12
         # B each) and the row's first and last entry: 76 B. Without, on several ranks, the index alone
@@ -319,18 +322,29 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
         # their float32 bytes: about as much in all. wire.py)
         per_slot = SHARD_BYTES_PER_SLOT + (SHARD_BYTES_PER_SLOT_RANKS if ranks > 1 else 0)
         tables = SHARD_UNIQUE_COPIES * unique
-        places = (76 if cfg.merge_clip else 8 if ranks > 1 else 0) * unique
+        places = (76 if cfg.clip else 8 if ranks > 1 else 0) * unique
         # hotsync holds every hosted shard's copy from the super-step's start to its end, and per shard the
         # place (int32) and a mark (uint8) of every hot row, and the hot rows twice (as synced, and summed)
         running = hosted if cfg.hot_inside else min(threads, hosted)
         hot = 2 * min(cfg.hot_rows, vocab_size) if cfg.hot_inside else 0
-        copies = running * min(min(cfg.superstep, centres) * per_centre, 2 * vocab_size + 1) + 2 * hot
+        shard = min(cfg.superstep, centres)
+        copies = running * min(shard * per_centre + 1, shard_rows(cfg, vocab_size, shard, 1, positions)) + 2 * hot
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
         places += 4 * min(threads, hosted) * unique + 5 * hosted * hot  # a thread's place of every table row
     else:
         per_slot, tables = STEP_BYTES_PER_SLOT + AHEAD_STEPS * PLAN_BYTES_PER_SLOT, STEP_UNIQUE_COPIES * unique
         copies, places = STEP_SLOT_COPIES * slots + (threads - 1) * unique, 0
     return STEP_FIXED_BYTES + int(per_slot * slots) + places + 4 * cfg.dim * (tables + copies)
+
+
+def shard_rows(cfg, vocab_size, centres, ranges, tokens=0):
+    """At most how many distinct rows examples of ``centres`` centres in ``ranges`` contiguous ranges of the
+    stream touch, the table's spare row included: on the input side the words of the ranges and of the
+    ``context_span`` positions beyond each end (a context never reaches further), on the output side a centre's
+    :func:`targets` each (its word and its negatives, or its Huffman path's inner nodes); each side at most V.
+    Far below the slots' bound (every slot a distinct row) on a vocabulary larger than a super-step."""
+    inputs = min(vocab_size, centres + 2 * cfg.context_span * ranges)
+    return inputs + min(vocab_size, centres * targets(cfg, tokens)) + 1
 
 
 def hs_bytes(vocab_size, tokens=0):

@@ -80,9 +80,9 @@ def superstep_plan(batch, bounds, plan, n_hot, sg, threads=1, scratch=None):
 
 def merge_rule(cfg, threads=1):
     """The owners' add of ``cfg``'s merge (loop.CappedAdd's interface) on ``threads`` threads: the capped
-    sum, clipped with ``cfg.merge_clip``."""
+    sum, clipped with ``cfg.clip``."""
     cap = float(cfg.merge_cap or "inf")  # 0: no cap, the sum
-    return ClippedMerge(cap, cfg.merge_clip, threads) if cfg.merge_clip else CappedAdd(cap, threads)
+    return ClippedMerge(cap, cfg.clip, threads) if cfg.clip else CappedAdd(cap, threads)
 
 
 class LocalSGD:
@@ -122,7 +122,7 @@ class LocalSGD:
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
                 f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}"
-                f"{f', clipped to {self.cfg.merge_clip:g}' if self.cfg.merge_clip else ''}; rows and deltas as "
+                f"{f', clipped to {self.cfg.clip:g}' if self.cfg.clip else ''}; rows and deltas as "
                 f"{self.cfg.wire}; shard SGD: "
                 f"{'compiled' if self.lib is not None else 'numpy'}")
 
