@@ -261,3 +261,22 @@ def test_pvalues_match_scipy():
     assert correlation_pvalue(1.0, 10) == 0.0
     for a, b, x in rng.uniform(0, 1, size=(200, 3)) * [300, 20, 1] + [0.01, 0.01, 0]:
         assert betainc(a, b, x) == pytest.approx(ref_betainc(a, b, x), rel=1e-9, abs=1e-300)
+
+
+def test_queries_read_training_s_strided_w_in_a_block_at_a_time(monkeypatch):
+    """At a run's end the queries take W_in as a view of training's interleaved table (loop.ShardedModel.w_in):
+    no copy of it is made (a copy is half the model again, past the memory plan), and the cosines, read a block
+    of rows at a time, are those of the whole matrix."""
+    from types import SimpleNamespace
+
+    from hvd_w2v.queries import vectors
+
+    monkeypatch.setattr(vectors, "END_BLOCK_BYTES", 3 * 4 * 8)  # 3 rows of dim 8 a block: 11 rows in 4 blocks
+    table = np.random.default_rng(0).normal(size=(11, 2, 8)).astype(np.float32)
+    w_in = table[:, 0]
+    sharded = vectors.ShardedVectors(None, None, SimpleNamespace(row_words=[b"w%d" % i for i in range(11)]), w_in)
+    assert np.shares_memory(sharded.vectors, table) and sharded.block == 3
+    queries = np.random.default_rng(1).normal(size=(2, 8)).astype(np.float32)
+    whole = (w_in @ queries.T) / np.linalg.norm(w_in, axis=1)[:, None]
+    np.testing.assert_allclose(sharded.cosines(queries), whole, rtol=1e-5)
+    np.testing.assert_allclose(sharded.cosines(queries, slice(2, 9)), whole[2:9], rtol=1e-5)

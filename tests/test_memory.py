@@ -30,7 +30,7 @@ def test_model_part_falls_as_one_over_ranks():
 @pytest.mark.parametrize("corpus_bytes", [None, 0, 10_000, 1 << 32])
 def test_components_add_up(ranks, corpus_bytes):
     p = memory.plan(500_000, Config(hot_rows=1000), ranks, positions=10**8, corpus_bytes=corpus_bytes)
-    assert p.training == p.model + p.step + p.hot
+    assert p.training == p.model + p.step + p.hot + p.end and p.end == memory.END_BYTES
     text = p.text_baseline + max(p.counting, p.tables + p.words + p.encoding)
     assert p.total == max(text, p.baseline + p.tables + p.words + p.training)
     assert p.peak("vocab") == p.text_baseline + max(p.counting, p.tables + p.words) <= p.peak("encode") <= p.total

@@ -11,6 +11,10 @@ word2phrase.c in ``--peers`` (gcc -O2) into ``--out``, and runs with its default
 THREADS``) run ``--repeats`` times in turn; the table shows medians. Runs on one core are pinned to it
 (``taskset -c 0``).
 
+"pair" (in ``--layouts`` by default) is the machine's ceiling for two cores: two 1-rank jobs at once, a core
+each, on the first and the second half of the lines, sharing nothing; the line under the table gives each
+two-core layout's words/s a core against it.
+
 Every hvd-w2v run is checked: its parts laid end to end must be word2phrase's output byte for byte
 ("identical", else the offset of the first byte that differs, with the bytes around it), and its summary's
 pairs must be word2phrase's joins (the words it wrote less the spaces before them).
@@ -37,8 +41,10 @@ from ..common.wording import counted
 from ..text.phrases import Text
 from . import ROOT, checkout_env
 from .throughput import one_core, prepare_corpus
+from .update import halves
 
 BLOCK = 1 << 24  # bytes read at a time
+PAIR = "pair"  # the layouts' name of the two-core ceiling (run_pair)
 WORD_START = re.compile(rb"[ \t\n][^ \t\n]")
 
 
@@ -74,20 +80,47 @@ def run_word2phrase(binary, corpus, out):
     return os.path.join(out, "word2phrase.txt"), seconds
 
 
+def hvd_command(corpus, ranks, threads, dest, pin=None):
+    """The command line of `hvd-w2v phrases` through mpi/launch into the folder ``dest``; a 1-core job pinned to
+    core ``pin`` (None: core 0)."""
+    prefix = ["taskset", "-c", str(pin)] if pin is not None else one_core(ranks * threads)
+    return [*prefix, os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads", str(threads), "--timeout",
+            "3600", "hvd-w2v", "phrases", corpus, "--out", dest, "--overwrite"]
+
+
+def summary(dest, done, what):
+    """The summary dict a finished `hvd-w2v phrases` job (``done``: its CompletedProcess) left in ``dest``, or
+    SystemExit naming ``what`` ran."""
+    if done.returncode:
+        raise SystemExit(f"hvd-w2v phrases failed ({what}):\n{(done.stdout + done.stderr)[-3000:]}")
+    with open(os.path.join(dest, ".phrases.json")) as f:
+        return json.load(f)
+
+
 def run_hvd(corpus, ranks, threads, dest):
     """`hvd-w2v phrases` through mpi/launch into the folder ``dest``: (its summary dict, wall clock seconds,
     its own seconds: its summary's)."""
-    cmd = [*one_core(ranks * threads), os.path.join(ROOT, "mpi", "launch"), "-n", str(ranks), "--threads",
-           str(threads), "--timeout", "3600", "hvd-w2v", "phrases", corpus, "--out", dest, "--overwrite"]
     t = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=checkout_env())
+    done = subprocess.run(hvd_command(corpus, ranks, threads, dest), capture_output=True, text=True, cwd=ROOT,
+                          env=checkout_env())
     seconds = time.monotonic() - t
-    text = done.stdout + done.stderr
-    if done.returncode:
-        raise SystemExit(f"hvd-w2v phrases failed at {ranks}x{threads}:\n{text[-3000:]}")
-    with open(os.path.join(dest, ".phrases.json")) as f:
-        got = json.load(f)
+    got = summary(dest, done, f"{ranks}x{threads}")
     return got, seconds, got["seconds"]
+
+
+def run_pair(halves, out):
+    """The machine's ceiling for two cores: two 1-rank jobs at once, each pinned to a core of its own, on the
+    two ``halves`` of the text, sharing nothing (no exchange, no common counts, so their joins are not the
+    whole text's). Wall clock seconds until both are done."""
+    dests = [os.path.join(out, f"hvd-pair-{k}") for k in (1, 2)]
+    t = time.monotonic()
+    jobs = [subprocess.Popen(hvd_command(half, 1, 1, dest, pin=k), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT, env=checkout_env())
+            for k, (half, dest) in enumerate(zip(halves, dests))]
+    for job, dest in zip(jobs, dests):
+        stdout, stderr = job.communicate()
+        summary(dest, subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr), "the pair")
+    return time.monotonic() - t
 
 
 def parts(dest):
@@ -148,12 +181,15 @@ def check(expected, dest, expected_pairs, pairs):
 
 
 def layouts(text):
-    """"1x1,2x1" as [(1, 1), (2, 1)]: (ranks, threads) each."""
+    """"1x1,2x1,pair" as [(1, 1), (2, 1), "pair"]: (ranks, threads) each, or PAIR."""
     out = []
     for item in text.split(","):
+        if item.strip() == PAIR:
+            out.append(PAIR)
+            continue
         ranks, _, threads = item.strip().partition("x")
         if not (ranks.isdigit() and threads.isdigit() and int(ranks) > 0 and int(threads) > 0):
-            raise SystemExit(f"--layouts: {item!r} is not RANKSxTHREADS, e.g. 2x1")
+            raise SystemExit(f"--layouts: {item!r} is neither RANKSxTHREADS, e.g. 2x1, nor {PAIR}")
         out.append((int(ranks), int(threads)))
     return out
 
@@ -198,8 +234,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", default=os.path.join("data", "real", "corpus.txt"))
     p.add_argument("--lines", type=int, default=0, help="use the first LINES lines, 0: all (default: %(default)s)")
-    p.add_argument("--layouts", default="1x1,1x2,2x1",
-                   help="hvd-w2v's rows, RANKSxTHREADS, comma-separated (default: %(default)s)")
+    p.add_argument("--layouts", default="1x1,1x2,2x1,pair",
+                   help="hvd-w2v's rows, RANKSxTHREADS, comma-separated; pair: two 1-rank jobs at once on the "
+                        "text's halves, a core each, the machine's ceiling for two cores (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peers", default=os.path.join(os.path.dirname(ROOT), "shared", "peers", "word2vec"),
                    help="the folder of word2phrase.c (default: ../shared/peers/word2vec beside the checkout)")
@@ -220,7 +257,7 @@ def main(argv=None):
     cores = lambda r, t: min(r * t, os.cpu_count() or 1)  # noqa: E731
 
     wall = {row: [] for row in ["word2phrase", *rows]}
-    own = {row: [] for row in rows}
+    own = {row: [] for row in rows if row != PAIR}
     verdict = {}
     for r in range(args.repeats):
         expected, seconds = run_word2phrase(binary, corpus, args.out)
@@ -228,7 +265,13 @@ def main(argv=None):
         expected_pairs = joins(expected, words)
         print(f"repeat {r + 1}/{args.repeats}: word2phrase: {seconds:.1f} s, {expected_pairs:,} pairs",
               file=sys.stderr, flush=True)
-        for ranks, threads in rows:
+        for row in rows:
+            if row == PAIR:
+                wall[PAIR].append(run_pair(halves(corpus, args.out), args.out))
+                print(f"repeat {r + 1}/{args.repeats}: the pair: {wall[PAIR][-1]:.1f} s", file=sys.stderr,
+                      flush=True)
+                continue
+            ranks, threads = row
             dest = os.path.join(args.out, f"hvd-{ranks}x{threads}")
             got, seconds, job = run_hvd(corpus, ranks, threads, dest)
             wall[ranks, threads].append(seconds)
@@ -247,14 +290,20 @@ def main(argv=None):
     print(f"{'layout':28} {'cores':>5} {'wall s':>8} {'own s':>7} {'words/s/core':>13} {'vs word2phrase':>15}  output")
     reference = words / statistics.median(wall["word2phrase"])
     for row in ["word2phrase", *rows]:
-        n = 1 if row == "word2phrase" else cores(*row)
+        n = 1 if row == "word2phrase" else cores(2, 1) if row == PAIR else cores(*row)
         seconds = statistics.median(wall[row])
-        mine = f"{statistics.median(own[row]):7.2f}" if row != "word2phrase" and own[row] else f"{'':>7}"
+        mine = f"{statistics.median(own[row]):7.2f}" if own.get(row) else f"{'':>7}"
         rate = words / seconds / n
-        label = ("word2phrase" if row == "word2phrase"
+        label = ("word2phrase" if row == "word2phrase" else "the pair: 2 x (1 rank, a half)" if row == PAIR
                  else f"hvd-w2v {counted(row[0], 'rank')} x {counted(row[1], 'thread')}")
-        print(f"{label:28} {n:5} {seconds:8.1f} {mine} {rate:13,.0f} {rate / reference:14.2f}x  "
-              f"{'(reference)' if row == 'word2phrase' else verdict[row]}")
+        said = ("(reference)" if row == "word2phrase" else "(the ceiling: each half's own joins)" if row == PAIR
+                else verdict[row])
+        print(f"{label:28} {n:5} {seconds:8.1f} {mine} {rate:13,.0f} {rate / reference:14.2f}x  {said}")
+    if PAIR in rows:  # each layout of two cores against what two cores sharing nothing do
+        ceiling = statistics.median(wall[PAIR])
+        print("against the pair (words/s a core): " + ", ".join(
+            f"{r}x{t} {ceiling / statistics.median(wall[r, t]):.2f}" for r, t in (x for x in rows if x != PAIR)
+            if cores(r, t) == cores(2, 1)))
 
 
 if __name__ == "__main__":

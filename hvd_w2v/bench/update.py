@@ -4,8 +4,8 @@
     python -m hvd_w2v.bench.update --lines 150000 --epochs 3 --arch sg
 
 For each architecture: a run on the whole corpus (``--ranks``), a run on its first half (``--ranks``), that run
-gone on with the second half (``train --update`` on ``--then-ranks``, another rank count), each half with the
-whole run's epochs: the same epochs a token. gensim does the same beside it (``--gensim-workers``, 0: not):
+gone on with the second half (``train --update`` on ``--then-ranks``, another rank count, with any
+``--then-option``), each half with the whole run's epochs: the same epochs a token. gensim does the same beside it (``--gensim-workers``, 0: not):
 Word2Vec on the first half, ``build_vocab(update=True)`` and ``train`` on the second, against Word2Vec on the
 whole. Every model is scored by the same code as the quality benchmark (hvd_w2v.bench.gensim_scores); the table
 gives each updated model's scores less its whole run's. The lines are
@@ -75,6 +75,8 @@ def main(argv=None):
     p.add_argument("--gensim-workers", type=int, default=2, help="gensim's threads; 0: no gensim rows (default: "
                    "%(default)s)")
     p.add_argument("--no-hvd", action="store_true", help="gensim's rows alone")
+    p.add_argument("--then-option", action="append", default=[], metavar="OPTION",
+                   help="an option of the update's `train` alone, e.g. --then-option=--alpha=0.0125 (repeatable)")
     p.add_argument("--out", default=os.path.join("runs", "update"))
     args = p.parse_args(argv)
     corpus = corpus_head(args.corpus, args.lines, args.out)
@@ -90,7 +92,7 @@ def main(argv=None):
         for name, text, ranks, out, extra in ([] if args.no_hvd else [
                 ("the whole text", corpus, args.ranks, whole, ("--overwrite", "--no-final-checkpoint")),
                 ("its first half", first, args.ranks, half, ("--overwrite",)),
-                ("then --update, second half", second, args.then_ranks, half, ("--update",))]):
+                ("then --update, second half", second, args.then_ranks, half, ("--update", *args.then_option))]):
             loss = train(text, out, ranks, args.epochs, arch, *extra)
             rows[name] = (loss, *scores(os.path.join(out, "vectors.bin"), args.eval_dir))
         if rows:

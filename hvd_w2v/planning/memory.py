@@ -21,6 +21,7 @@ from ..common.config import AHEAD_STEPS
 from ..common.errors import UserError
 from ..common.wording import counted
 from ..kernels.native import PRIVATE_WORDS
+from ..store.export import END_BLOCK_BYTES  # store imports nothing of TensorFlow
 from ..text.corpus import BLOCK_BYTES  # the reader's block: corpus imports nothing but errors
 from ..text.encode import Provisional
 from ..text import huffman
@@ -31,10 +32,10 @@ MIB = 1 << 20
 
 # Python + numpy + TensorFlow + Horovod + mpi4py imported and initialised (comm.init), one allreduce, one
 # alltoallv and one call of the skip-gram step on tiny arrays; no model: ru_maxrss of
-#   mpi/launch -n 1 python -m hvd_w2v.bench.memory_probes baseline   (and -n 2)
+#   mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes baseline   (and -n 1: less)
 # TensorFlow's shared-library pages are part of it: counted in every rank's RSS, charged once per node by a cgroup.
 # The figures behind this and every constant below: hvd_w2v/bench/README.md, "Memory against the plan".
-BASELINE_BYTES = 429 * MIB
+BASELINE_BYTES = 443 * MIB
 # The same process before TensorFlow and Horovod start (comm.Comm.horovod, comm.tensorflow start them at their
 # first use): MPI started, one alltoallv:
 #   mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes lean
@@ -212,6 +213,10 @@ STEP_SLOT_COPIES = 3
 # are not alive at the same time as TensorFlow's: covered by the same count.
 STEP_UNIQUE_COPIES = 5
 PLAN_BYTES_PER_SLOT = 16
+# A run's end, after training: the export writes its lines about END_BLOCK_BYTES a round (store/export.py: as
+# made, sent, received and in file order, four copies), the queries read the rows a block of END_BLOCK_BYTES at
+# a time (queries/vectors.py: W_in is a strided view of training's table, never copied whole).
+END_BYTES = 4 * END_BLOCK_BYTES
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -233,6 +238,7 @@ class MemoryPlan:
     words: int  # the words this rank owns once counted: ceil(V/P) x the passes' word bytes (TextPasses.word)
     step: int  # one step's working set: fixed + per slot + float blocks (step_bytes)
     hot: int  # hot-row replicas [2H, d] and the allreduce block [2H, d+1] with Horovod's in and out copies
+    end: int  # the export's and the queries' blocks after training (END_BYTES)
     counting: int  # the vocabulary's count: reading, partial counts, the hash-owned counts (counting_bytes)
     owned: int  # of which the hash-owned counts of the ``owned_tokens`` distinct tokens of the most loaded rank
     owned_tokens: int
@@ -241,7 +247,7 @@ class MemoryPlan:
 
     @property
     def training(self):
-        return self.model + self.step + self.hot
+        return self.model + self.step + self.hot + self.end
 
     @property
     def passes(self):
@@ -273,7 +279,7 @@ class MemoryPlan:
                  f" text passes)"]
         if stage == "train":
             lines.append(f"training {m(self.training)} = model {m(self.model)} + step {m(self.step)} + hot rows "
-                         f"{m(self.hot)}")
+                         f"{m(self.hot)} + export {m(self.end)}")
         return "\n".join(lines)
 
     __str__ = describe
@@ -408,6 +414,7 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         words=rows * passes.word,
         step=step_bytes(cfg, vocab_size, ranks, threads, positions),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
+        end=END_BYTES,
         counting=counting,
         owned=counting - counting_bytes(0, ranks, threads, corpus_bytes, passes, readers),
         owned_tokens=owned,

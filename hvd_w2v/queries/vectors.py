@@ -6,20 +6,28 @@ No rank gathers the matrix: per query, one row travels to every rank and k (scor
 """
 import numpy as np
 
+from ..store.export import END_BLOCK_BYTES
+
 
 class ShardedVectors:
     """This rank's rows of W_in as stored (``vectors``, float32[rows, d], local row order), their L2 norms
     (``norms``, float32[rows], floored at 1e-12 so a zero row scores 0 rather than NaN) and words (bytes).
 
     Cosines are ``vectors @ q / norms`` (:meth:`cosines`), the formula of gensim's ``most_similar``, so no
-    unit-length copy of the rows is kept: a rank holds its rows once.
+    unit-length copy of the rows is kept: a rank holds its rows once. ``w_in`` may be a strided view (training's
+    interleaved W_in and W_out: loop.ShardedModel.w_in): it is read a block of END_BLOCK_BYTES at a time, never
+    copied whole, so the queries at a run's end stay within its memory plan.
     """
 
     def __init__(self, comm, plan, vocab, w_in):
         self.comm, self.plan, self.vocab = comm, plan, vocab
-        self.vectors = np.ascontiguousarray(w_in, np.float32)  # a copy only when w_in is strided or not float32
-        self.norms = np.maximum(np.linalg.norm(self.vectors, axis=1), np.float32(1e-12)).astype(np.float32)
+        self.vectors = w_in if w_in.dtype == np.float32 else w_in.astype(np.float32)
         self.dim = self.vectors.shape[1]
+        self.block = max(1, END_BLOCK_BYTES // (4 * max(self.dim, 1)))  # rows read at a time
+        self.norms = np.empty(len(self.vectors), np.float32)
+        for lo in range(0, len(self.vectors), self.block):
+            part = np.ascontiguousarray(self.vectors[lo:lo + self.block])
+            self.norms[lo:lo + self.block] = np.maximum(np.linalg.norm(part, axis=1), np.float32(1e-12))
         self.words = vocab.row_words
         self._folds = None
 
@@ -31,8 +39,13 @@ class ShardedVectors:
     def cosines(self, queries, rows=None):
         """float32[rows, q]: the cosine of each of this rank's rows (local rows ``rows``, a slice; all by
         default) with each unit query vector ``queries`` float32[q, d]."""
-        rows = slice(None) if rows is None else rows
-        return (self.vectors[rows] @ np.asarray(queries, np.float32).T) / self.norms[rows, None]
+        lo, hi, _ = (slice(None) if rows is None else rows).indices(len(self.vectors))
+        queries = np.asarray(queries, np.float32)
+        out = np.empty((max(hi - lo, 0), len(queries)), np.float32)
+        for a in range(lo, hi, self.block):
+            b = min(hi, a + self.block)
+            out[a - lo:b - lo] = (np.ascontiguousarray(self.vectors[a:b]) @ queries.T) / self.norms[a:b, None]
+        return out
 
     def local_rows(self, start, end):
         """The slice of this rank's local rows whose ids are in ``[start, end)`` (round-robin: a range)."""

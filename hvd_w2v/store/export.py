@@ -16,9 +16,19 @@ from ..common.errors import UserError
 from ..kernels import native
 from ..text.vocab import WordList, gather_words
 
-# Local rows per rank per round: bounds the lines held in memory (each rank's block, as made, sent and
-# received, and its share in file order: four times a block's bytes on several ranks).
+# Local rows per rank per round at most: bounds the lines held in memory (each rank's block, as made, sent and
+# received, and its share in file order: four times a block's bytes on several ranks). The vectors' lines,
+# hundreds of bytes to kilobytes each, come fewer a round: about END_BLOCK_BYTES of them (block_rows).
 BLOCK_ROWS = 4096
+# The bytes of lines a round of the vectors' export makes (block_rows), and of rows the queries read at a time
+# (queries/vectors.py): what a run's end holds beyond its model (memory.END_BYTES plans four of them).
+END_BLOCK_BYTES = 1 << 20
+TEXT_VALUE_BYTES = 10  # a value of a text line, f"{x:.6f}" and its space, for |x| < 10: "-1.234567 "
+
+
+def block_rows(line_bytes):
+    """Rows a round of lines of about ``line_bytes`` bytes each: END_BLOCK_BYTES of them, 1 to BLOCK_ROWS."""
+    return max(1, min(BLOCK_ROWS, END_BLOCK_BYTES // max(1, line_bytes)))
 
 
 def text_line(word, row):
@@ -36,7 +46,9 @@ def write_word2vec(comm, path, plan, words, rows, binary=False):
     """
     fmt = binary_line if binary else text_line
     header = f"{plan.vocab_size} {rows.shape[1]}\n".encode()
-    write_ordered(comm, path, header, plan, lambda lo, hi: joined([fmt(words[k], rows[k]) for k in range(lo, hi)]))
+    line = rows.shape[1] * (4 if binary else TEXT_VALUE_BYTES) + 16  # and a word of a few bytes
+    write_ordered(comm, path, header, plan, lambda lo, hi: joined([fmt(words[k], rows[k]) for k in range(lo, hi)]),
+                  block_rows(line))
 
 
 def write_vocab(comm, path, plan, words, counts):
@@ -57,10 +69,10 @@ def joined(lines):
     return b"".join(lines), np.fromiter(map(len, lines), np.int64, count=len(lines))
 
 
-def write_ordered(comm, path, header, plan, lines_of):
+def write_ordered(comm, path, header, plan, lines_of, rows_a_block=BLOCK_ROWS):
     """Write ``header`` then the line of every word id in order; ``lines_of(lo, hi)`` gives this rank's, of
-    its local rows ``lo..hi-1``, as (their bytes end to end, int64 lengths) (:func:`joined` of a list). One
-    write a block on each rank (:func:`_share`).
+    its local rows ``lo..hi-1``, as (their bytes end to end, int64 lengths) (:func:`joined` of a list), a block
+    of ``rows_a_block`` local rows a round. One write a block on each rank (:func:`_share`).
 
     Collective: every rank calls it with the same ``path``, ``header`` and ``plan``. Raises UserError on every
     rank when the file cannot be written (any rank's OSError), after removing the temporary file; a file
@@ -91,9 +103,9 @@ def write_ordered(comm, path, header, plan, lines_of):
     try:
         offset = len(header)
         mine = plan.rows(comm.rank)
-        rounds = comm.allreduce(-(-mine // BLOCK_ROWS), "max")
+        rounds = comm.allreduce(-(-mine // rows_a_block), "max")
         for b in range(rounds):
-            lines, lengths = lines_of(b * BLOCK_ROWS, min(mine, (b + 1) * BLOCK_ROWS))
+            lines, lengths = lines_of(b * rows_a_block, min(mine, (b + 1) * rows_a_block))
             # mpi4py: every rank's line lengths for this block; id = (block row) * P + rank.
             lengths = comm.allgather(lengths)
             width = max(len(x) for x in lengths)
