@@ -5,7 +5,7 @@
     python -m hvd_w2v.bench.memory_probes words                          # a list and a dict of words
     python -m hvd_w2v.bench.memory_probes step 1024 100 2000             # STEP_SLOT_COPIES, STEP_UNIQUE_COPIES
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR [train options]
-                                                                         # STEP_*_BYTES
+                                                                         # STEP_*_BYTES, SHARD_BYTES_*
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes passes CORPUS --out DIR   # COMPILED, PYTHON (text passes)
     python -m hvd_w2v.bench.memory_probes shapes 3000                    # loop.CENTRE_BUCKET, ROW_BUCKET
     mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes phrases CORPUS DIR   # PHRASES_COMPILED, PHRASES_PYTHON

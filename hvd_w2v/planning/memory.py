@@ -195,11 +195,11 @@ STEP_BYTES_PER_SLOT = 170
 # on one rank), printed beside the plan by
 #   mpi/launch -n P --threads 1 python -m hvd_w2v.bench.memory_probes phases CORPUS --out DIR --epochs 1 \
 #       --shards 64 --superstep S
-# less the planned model and float blocks, over the slots: 9 B a slot on one rank at S = 4,096, where the slots
-# outweigh the float blocks (whose bound, every distinct row a super-step could touch, is loose at smaller S).
+# less the planned model and float blocks, over the slots, rounded up, at S = 4,096, where the slots outweigh the
+# float blocks (whose bound, every distinct row a super-step could touch, is loose at smaller S).
 SHARD_BYTES_PER_SLOT = 16
-# ... and per slot on several ranks, beyond that: on 2 ranks the same fit gave 13 B a slot; the margin is for
-# what the passes leave resident before training (the readers' heap), which the plan does not count.
+# ... and per slot on several ranks, beyond that: the same fit on 2 ranks, with a margin for what the passes leave
+# resident before training (the readers' heap), which the plan does not count.
 SHARD_BYTES_PER_SLOT_RANKS = 8
 SHARD_UNIQUE_COPIES = 3  # [U, dim] blocks of a super-step: its table, its deltas, the exchange's buffer
 # Float32 [slots, dim] blocks alive at once in the skip-gram step: the gathered context and output rows and their
