@@ -11,6 +11,7 @@ from hvd_w2v.common.errors import UserError
 from hvd_w2v.planning import memory
 from hvd_w2v.synthetic import generate
 from hvd_w2v.text import encode, vocab
+from hvd_w2v.text.corpus import WHITESPACE
 from hvd_w2v.text.corpus import most_readers
 
 MIB = memory.MIB
@@ -182,8 +183,11 @@ def test_counting_part_grows_with_the_distinct_tokens_as_fitted(tmp_path):
     assert two.owned_tokens == 2_000_000
     assert two.counting == memory.counting_bytes(2_000_000, 2, corpus_bytes=block)
     assert two.counting - two.owned == memory.counting_bytes(0, 2, corpus_bytes=block)
+    # ... and reads no more blocks than its share has (one, here: 5 MiB of the 10), and a copy of one
     assert memory.counting_bytes(0, 2, corpus_bytes=block) == (
-        vocab.partial_bytes(1) + vocab.pending_bytes(1) + 32 * 16 + passes.count_read * memory.block_bytes(2, block))
+        vocab.partial_bytes(1) + vocab.pending_bytes(1) + 32 * 16 + 2 * memory.block_bytes(2, block))
+    assert memory.counting_bytes(0, 2, corpus_bytes=100 << 20) == (  # a share of many blocks: the reader's five
+        vocab.partial_bytes(1) + vocab.pending_bytes(1) + 32 * 16 + passes.count_read * memory.BLOCK_BYTES)
     # There the one pass holds its numbers between two rounds, and once counted every owner's ids by number.
     assert vocab.pending_bytes(1) == 4 * (vocab.PENDING + 2 * (vocab.part_bytes(1) + 1))
     one_pass = [memory.plan(3_000_000, cfg, p, corpus_bytes=block, distinct=d, one_pass=True).encoding
@@ -336,3 +340,21 @@ def test_address_space_limit_is_not_a_memory_limit():
                            text=True, timeout=60) for ulimit in ("", "ulimit -v 3000000 && ")]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     assert runs[0].stdout == runs[1].stdout  # the address-space bound adds no limit
+
+
+def test_a_part_of_text_holds_no_more_distinct_tokens_than_planned():
+    """The partial counts' bound (vocab.partial_bytes) takes the most distinct tokens a part's bytes can hold
+    (vocab.distinct_in): a text made to hold the most, every token of one byte, then of two, each once, holds
+    exactly that many; no text of those bytes holds more."""
+    alphabet = [bytes([b]) for b in range(256) if b not in set(WHITESPACE)]
+    shortest_first = alphabet + [a + b for a in alphabet for b in alphabet]
+    for size in (1, 2, 3, 500, 1_000, 65_536):
+        tokens, used = [], -1  # b" ".join: a space between two tokens, none after the last
+        for t in shortest_first:
+            if used + 1 + len(t) > size:
+                break
+            tokens.append(t)
+            used += 1 + len(t)
+        text = b" ".join(tokens)
+        assert len(text) <= size and len(set(text.split())) == vocab.distinct_in(size), size
+    assert vocab.distinct_in(vocab.part_bytes(1)) < vocab.part_bytes(1) // 2  # below the tokens' count alone

@@ -136,7 +136,8 @@ def reading_bytes(read, ranks, threads, corpus_bytes, readers, passes):
 
 def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, readers=1):
     """The vocabulary count's peak on a rank that hash-owns ``owned`` distinct tokens, above the baseline: its
-    reading (on ``readers`` readers), on more than one rank the partial counts and their rounds
+    reading (on ``readers`` readers; on several ranks no more blocks than its share of ``corpus_bytes`` has, and
+    one), on more than one rank the partial counts and their rounds
     (vocab.partial_bytes), and the owned counts, in ``threads`` tables (on one rank the partial tables are the
     owned ones: vocab.count) and each thread's own (:func:`private_bytes`); and with the compiled passes the
     provisional stream (the encoding in the same pass; planned whether or not the job encodes): on one rank the
@@ -145,6 +146,10 @@ def counting_bytes(owned, ranks, threads=1, corpus_bytes=None, passes=COMPILED, 
     if passes.tables:
         own += table_bytes(owned, threads) + private_bytes(owned, ranks, threads)
     read = passes.count_read + (passes.numbered_read if ranks == 1 else 0)
+    if ranks > 1 and corpus_bytes:  # parts of vocab.part_bytes: the reader's blocks are the most of it,
+        # and a rank holds no more of them than its share has, and a copy of one (its last token finished)
+        share = math.ceil(corpus_bytes / ranks)
+        read = min(read, math.ceil(share / block_bytes(ranks, corpus_bytes)) + 1)
     rounds = partial_bytes(threads, passes.tables) + (pending_bytes(threads) if passes.numbered_read else 0)
     return reading_bytes(read, ranks, threads, corpus_bytes, readers, passes) + (rounds if ranks > 1 else 0) + own
 

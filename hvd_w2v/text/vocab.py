@@ -15,9 +15,9 @@
 4. Each word's string goes to its *row owner* (shard.RowPlan), which keeps the strings of its rows (export).
 
 Memory per rank (8-byte words):
-- while counting: the partial Counter, at most FLUSH_WORDS + CHUNK_BYTES / 2 = 98,304 distinct words at 96 B,
-  and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107 B
-  more: :func:`partial_bytes` = 19 MiB at most, whatever the corpus. Plus the owner's counts of the distinct
+- while counting: the partial Counter, at most FLUSH_WORDS and a chunk's distinct words (:func:`distinct_in`) at
+  96 B, and a round's copies of it (the words sorted by owner, the bytes sent and received, their counts) at 107
+  B more: :func:`partial_bytes`, whatever the corpus. Plus the owner's counts of the distinct
   tokens it hash-owns, kept or not: about D/P of the corpus's D distinct tokens, known only as they are
   counted, so checked as they grow (``limit``, memory.CountingLimit). The reader holds one corpus.BLOCK_BYTES block
   and one chunk's tokens. On one rank there are no rounds: its partial Counter is the owner's. With the
@@ -96,9 +96,22 @@ def part_bytes(threads=1, compiled=True):
 
 def partial_bytes(threads=1, compiled=True):
     """Upper bound of the partial counts and a round's copies, bytes per rank of ``threads`` threads: FLUSH_WORDS
-    words and a part's tokens (:func:`part_bytes` / 2) at PARTIAL_WORD_BYTES: 19 MiB with Python's loops, 38
-    MiB on 1 thread compiled and 25 MiB more a thread, whatever the corpus."""
-    return (FLUSH_WORDS + part_bytes(threads, compiled) // 2) * PARTIAL_WORD_BYTES
+    words and the most new words a part can add (:func:`distinct_in`) at PARTIAL_WORD_BYTES, whatever the
+    corpus."""
+    return (FLUSH_WORDS + distinct_in(part_bytes(threads, compiled))) * PARTIAL_WORD_BYTES
+
+
+def distinct_in(text_bytes):
+    """The most distinct tokens a text of ``text_bytes`` bytes can hold: the shortest first, each with a byte of
+    whitespace after it; there are (256 - len(WHITESPACE))^L tokens of L bytes. A part of 256 KiB holds 81,286
+    at most, not the 131,072 tokens of two bytes each that a count of tokens alone would allow: its short tokens
+    repeat."""
+    alphabet = 256 - len(corpus.WHITESPACE)
+    found, left, length = 0, text_bytes + 1, 1  # + 1: the last token needs no whitespace after it
+    while left > length:
+        n = min(alphabet ** length, left // (length + 1))
+        found, left, length = found + n, left - n * (length + 1), length + 1
+    return found
 
 
 def pending_bytes(threads=1):
