@@ -294,7 +294,7 @@ def main(argv=None):
         seconds = statistics.median(wall[row])
         mine = f"{statistics.median(own[row]):7.2f}" if own.get(row) else f"{'':>7}"
         rate = words / seconds / n
-        label = ("word2phrase" if row == "word2phrase" else "the pair: 2 x (1 rank, a half)" if row == PAIR
+        label = ("word2phrase" if row == "word2phrase" else "the pair: 1 rank a half x 2" if row == PAIR
                  else f"hvd-w2v {counted(row[0], 'rank')} x {counted(row[1], 'thread')}")
         said = ("(reference)" if row == "word2phrase" else "(the ceiling: each half's own joins)" if row == PAIR
                 else verdict[row])

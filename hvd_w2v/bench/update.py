@@ -5,10 +5,10 @@
 
 For each architecture: a run on the whole corpus (``--ranks``), a run on its first half (``--ranks``), that run
 gone on with the second half (``train --update`` on ``--then-ranks``, another rank count, with any
-``--then-option``), each half with the whole run's epochs: the same epochs a token. gensim does the same beside it (``--gensim-workers``, 0: not):
-Word2Vec on the first half, ``build_vocab(update=True)`` and ``train`` on the second, against Word2Vec on the
-whole. Every model is scored by the same code as the quality benchmark (hvd_w2v.bench.gensim_scores); the table
-gives each updated model's scores less its whole run's. The lines are
+``--then-option``), each half with the whole run's epochs: the same epochs a token. gensim does the same beside
+it (``--gensim-workers``, 0: not): Word2Vec on the first half, ``build_vocab(update=True)`` and ``train`` on the
+second, against Word2Vec on the whole. Every model is scored by the same code as the quality benchmark
+(hvd_w2v.bench.gensim_scores); the table gives each updated model's scores less its whole run's. The lines are
 read in one random order (``--shuffle SEED``, default 1), so that the halves are alike text; in the file's
 order they are different sources, and the update then also measures how far new text moves a model.
 """
