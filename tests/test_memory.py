@@ -315,14 +315,14 @@ def test_counting_refusal_on_two_ranks_writes_nothing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "vocab.txt").write_bytes(b"an earlier vocabulary\n")
-    result = launch(2, ["hvd-w2v", "vocab", corpus, "--out", out, "--overwrite", "--max-memory-per-rank", "100M"],
+    result = launch(2, ["hvd-w2v", "vocab", corpus, "--out", out, "--overwrite", "--max-memory-per-rank", "92M"],
                     timeout=60)
     assert not result.hung and result.returncode == 2, result.output[-2000:]
     errors = [line for line in result.output.splitlines() if line.startswith("hvd-w2v: error:")]
     assert len(errors) == 1, result.output[-2000:]
     assert re.match(r"hvd-w2v: error: memory plan does not fit: counting the vocabulary, rank \d would hash-own "
                     r"[\d,]+ distinct tokens: 1?\d\d MiB per rank planned on 2 ranks", errors[0]), errors[0]
-    assert re.search(r"limit 100 MiB per rank from --max-memory-per-rank; at least \d+ ranks for the [\d,]+ or "
+    assert re.search(r"limit 92 MiB per rank from --max-memory-per-rank; at least \d+ ranks for the [\d,]+ or "
                      r"so distinct tokens counted by then \(\d\d MiB per rank there\)", errors[0]), errors[0]
     assert "Traceback" not in result.output and "plan:" not in result.output  # refused before the plan
     assert sorted(p.name for p in out.iterdir()) == ["vocab.txt"]
