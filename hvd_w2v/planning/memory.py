@@ -37,10 +37,11 @@ MIB = 1 << 20
 # The figures behind this and every constant below: hvd_w2v/bench/README.md, "Memory against the plan".
 BASELINE_BYTES = 443 * MIB
 # The same process before TensorFlow and Horovod start (comm.Comm.horovod, comm.tensorflow start them at their
-# first use): MPI started, one alltoallv:
+# first use): MPI started, one alltoallv, the compiled libraries of the text passes and the shard SGD loaded and
+# a first count run on the rank's threads:
 #   mpi/launch -n 2 python -m hvd_w2v.bench.memory_probes lean
 # What the text passes run on, and training that needs neither (shard-local SGD without hot rows).
-LEAN_BYTES = 49 * MIB
+LEAN_BYTES = 51 * MIB
 
 # What the text passes (vocabulary count, encoding) hold beyond the baseline, by path: the compiled passes
 # (text_kernel.cc, wherever g++ builds it) or Python's loops (the fallback). Fitted on the flat synthetic corpus
@@ -83,8 +84,8 @@ class TextPasses:
 # - numbered_read: on one rank the count writes each block's provisional numbers (int32, a byte at most: 4 B);
 #   numbered_word: on several ranks every owner's ids by number, sent, received and interleaved, fitted on the
 #   flat corpus's fuller rank of 2 (an upper bound: an allgatherv sends each share once).
-COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=45, lookup_word=8,
-                      asked_word=84, word=59, thread=16 * MIB, reader=3, tables=True)
+COMPILED = TextPasses(count_read=5, encode_read=7, numbered_read=4, numbered_word=16, owned_word=46, lookup_word=8,
+                      asked_word=84, word=59, thread=26 * MIB, reader=3, tables=True)
 # Python's loops (a dict of the owned counts; the {word: id} dict that the encoding makes, and training keeps),
 # fitted as the compiled passes' on their own peaks (HVD_W2V_KERNEL=python): a Counter's dict a token while
 # counting, the {word: id} dict and its lists while encoding, the words and the dict once counted; one thread and
