@@ -41,9 +41,9 @@ def baseline():
 
 def lean():
     """The process with MPI started, one alltoallv and the compiled libraries the stages below load (the text
-    passes', the shard SGD's; a first count on the rank's threads), neither TensorFlow nor Horovod loaded (Comm.horovod starts them at their first
-    use): what a stage without them (the text passes, shard-local SGD without hot rows) holds below
-    BASELINE_BYTES."""
+    passes', the shard SGD's; a first count on the rank's threads), neither TensorFlow nor Horovod loaded
+    (Comm.horovod starts them at their first use): what a stage without them (the text passes, shard-local SGD
+    without hot rows) holds below BASELINE_BYTES."""
     from hvd_w2v.kernels import native
     from hvd_w2v.parallel import comm as comm_mod
 

@@ -79,7 +79,8 @@ class TextPasses:
 #   (vocab.Vocab.block_distinct), over those words, the largest rounded up;
 # - word: the resident set after vocab.build over the words the rank owns, its rows' words laid end to end
 #   (vocab.WordList), the heap trimmed (native.trim_heap);
-# - thread: 2 threads against 1 on 1 rank, the largest difference of the passes' peaks, added to both;
+# - thread: 2 threads against 1 on 1 rank, the largest difference of the passes' peaks, added to both (the
+#   flat corpus's `hvd-w2v encode` on 1 rank, whose peaks are the count's);
 # - reader: corpus.read_ahead's readers beyond the first each hold two blocks and briefly a third: 3 B a byte;
 # - numbered_read: on one rank the count writes each block's provisional numbers (int32, a byte at most: 4 B);
 #   numbered_word: on several ranks every owner's ids by number, sent, received and interleaved, fitted on the
