@@ -40,8 +40,7 @@ import numpy as np
 from ..common.wording import counted
 from ..text.phrases import Text
 from . import ROOT, checkout_env
-from .throughput import one_core, prepare_corpus
-from .update import halves
+from .throughput import one_core, prepare_corpus, split_corpus
 
 BLOCK = 1 << 24  # bytes read at a time
 PAIR = "pair"  # the layouts' name of the two-core ceiling (run_pair)
@@ -88,11 +87,11 @@ def hvd_command(corpus, ranks, threads, dest, pin=None):
             "3600", "hvd-w2v", "phrases", corpus, "--out", dest, "--overwrite"]
 
 
-def summary(dest, done, what):
-    """The summary dict a finished `hvd-w2v phrases` job (``done``: its CompletedProcess) left in ``dest``, or
+def summary(dest, returncode, output, what):
+    """The summary dict a finished `hvd-w2v phrases` job (its exit code and ``output``) left in ``dest``, or
     SystemExit naming ``what`` ran."""
-    if done.returncode:
-        raise SystemExit(f"hvd-w2v phrases failed ({what}):\n{(done.stdout + done.stderr)[-3000:]}")
+    if returncode:
+        raise SystemExit(f"hvd-w2v phrases failed ({what}):\n{output[-3000:]}")
     with open(os.path.join(dest, ".phrases.json")) as f:
         return json.load(f)
 
@@ -104,7 +103,7 @@ def run_hvd(corpus, ranks, threads, dest):
     done = subprocess.run(hvd_command(corpus, ranks, threads, dest), capture_output=True, text=True, cwd=ROOT,
                           env=checkout_env())
     seconds = time.monotonic() - t
-    got = summary(dest, done, f"{ranks}x{threads}")
+    got = summary(dest, done.returncode, done.stdout + done.stderr, f"{ranks}x{threads}")
     return got, seconds, got["seconds"]
 
 
@@ -119,7 +118,7 @@ def run_pair(halves, out):
             for k, (half, dest) in enumerate(zip(halves, dests))]
     for job, dest in zip(jobs, dests):
         stdout, stderr = job.communicate()
-        summary(dest, subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr), "the pair")
+        summary(dest, job.returncode, stdout + stderr, "the pair")
     return time.monotonic() - t
 
 
@@ -257,6 +256,7 @@ def main(argv=None):
     cores = lambda r, t: min(r * t, os.cpu_count() or 1)  # noqa: E731
 
     wall = {row: [] for row in ["word2phrase", *rows]}
+    pair = split_corpus(corpus, args.out) if PAIR in rows else None  # the pair's halves, once for every repeat
     own = {row: [] for row in rows if row != PAIR}
     verdict = {}
     for r in range(args.repeats):
@@ -267,7 +267,7 @@ def main(argv=None):
               file=sys.stderr, flush=True)
         for row in rows:
             if row == PAIR:
-                wall[PAIR].append(run_pair(halves(corpus, args.out), args.out))
+                wall[PAIR].append(run_pair(pair, args.out))
                 print(f"repeat {r + 1}/{args.repeats}: the pair: {wall[PAIR][-1]:.1f} s", file=sys.stderr,
                       flush=True)
                 continue
