@@ -144,7 +144,7 @@ def phases(argv):
     start = status_bytes("VmRSS")
     loop.train(comm, cfg, voc, stream, progress=False, rule=pipeline._rule(cfg))
     planned = memory.plan(voc.size, cfg, comm.size, voc.total, threads=comm.threads)  # as pipeline.memory_plan
-    slots = memory.step_centres(cfg, comm.size, voc.total) * (2 * cfg.window + memory.targets(cfg, voc.total))
+    slots = memory.step_slots(cfg, comm.size, voc.total)
     print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
           f"RssAnon {status('RssAnon')}; training's peak {(status_bytes('VmHWM') - start) / 2**20:,.1f} MiB "
           f"(planned {planned.training / 2**20:,.1f}: model {planned.model / 2**20:,.1f}, step "

@@ -301,6 +301,16 @@ def step_centres(cfg, ranks, positions=0):
     return min(centres, most)
 
 
+def centre_slots(cfg, tokens=0):
+    """A centre's slots: ``2 * window`` context slots and its :func:`targets`."""
+    return 2 * cfg.window + targets(cfg, tokens)
+
+
+def step_slots(cfg, ranks, positions=0):
+    """The most slots one rank's step fills: :func:`step_centres` x :func:`centre_slots`."""
+    return step_centres(cfg, ranks, positions) * centre_slots(cfg, positions)
+
+
 def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     """An upper bound of one step's working set on one rank of ``threads`` threads, in bytes. ``positions``: the
     corpus's kept tokens when known (0: not), the most centres a step or a shard can have on a small corpus.
@@ -321,9 +331,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     (hotsync), every hosted shard's copy at once.
     """
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
-    centres = step_centres(cfg, ranks, positions)
-    per_centre = 2 * cfg.window + targets(cfg, positions)
-    slots = centres * per_centre
+    centres, per_centre = step_centres(cfg, ranks, positions), centre_slots(cfg, positions)
+    slots = centres * per_centre  # step_slots
     unique = min(slots, 2 * vocab_size) + 1
     if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
         unique = min(unique, shard_rows(cfg, vocab_size, centres, hosted, positions))  # a shard's range: contiguous
@@ -442,8 +451,7 @@ def exchange_bytes(cfg, ranks):
     """
     if ranks == 1:
         return 0
-    slots = step_centres(cfg, ranks) * (2 * cfg.window + targets(cfg))
-    return slots * (8 + 4 * cfg.dim + 4 * cfg.dim + 4)
+    return step_slots(cfg, ranks) * (8 + 4 * cfg.dim + 4 * cfg.dim + 4)
 
 
 MAX_RANKS = 1 << 20
