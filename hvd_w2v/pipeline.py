@@ -125,7 +125,7 @@ def train(corpus=None, out=DEFAULT_OUT, *, threads=None, stall_timeout=None, max
                         "inner nodes the run's rows do not hold")
     saver = _saver(out, cfg, threads, stall_timeout, checkpoint_every)
     cfg = settle(saver.comm, cfg, out if resume else None, saver.log)
-    _rule(cfg).check_layout(cfg, saver.comm.size)  # before the lock: nothing to release
+    step_rule(cfg).check_layout(cfg, saver.comm.size)  # before the lock: nothing to release
     lock = hold(saver.comm, out, "train", resume=resume or update, overwrite=overwrite)
     try:
         return _train(corpus, out, cfg, saver, lock, t0, limit, resume, format, final_checkpoint, quiet,
@@ -739,7 +739,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
         tensorflow(comm.threads)
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return loop.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
-                          rule=_rule(cfg)) + (stream,)
+                          rule=step_rule(cfg)) + (stream,)
 
 
 def _read_record(comm, out):
@@ -845,7 +845,7 @@ def settle(comm, cfg, resumed=None, say=None):
     return settled
 
 
-def _rule(cfg):
+def step_rule(cfg):
     """The step rule ``cfg`` asks for: hotsync.HotSync with shards whose hot rows merge inside the super-step,
     localsgd.LocalSGD with shards, else loop.ExactStep."""
     if cfg.hot_inside:

@@ -142,7 +142,7 @@ def phases(argv):
         comm.horovod()  # TensorFlow and Horovod's start belong to the baseline, not to training
     reset_peak()
     start = status_bytes("VmRSS")
-    loop.train(comm, cfg, voc, stream, progress=False, rule=pipeline._rule(cfg))
+    loop.train(comm, cfg, voc, stream, progress=False, rule=pipeline.step_rule(cfg))
     planned = memory.plan(voc.size, cfg, comm.size, voc.total, threads=comm.threads)  # as pipeline.memory_plan
     slots = memory.step_slots(cfg, comm.size, voc.total)
     print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
