@@ -739,7 +739,7 @@ def _train_or_resume(comm, cfg, voc, stream, saver, out, stage, paths, record, r
         tensorflow(comm.threads)
     progress = Progress(comm, display=not quiet, tensorboard=tensorboard) if not quiet or tensorboard else False
     return loop.train(comm, cfg, voc, stream, progress=progress, resume=resumed, saver=saver,
-                          rule=step_rule(cfg)) + (stream,)
+                      rule=step_rule(cfg)) + (stream,)
 
 
 def _read_record(comm, out):
