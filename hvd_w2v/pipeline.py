@@ -641,7 +641,8 @@ def memory_plan(comm, cfg, voc, paths, cap=None, stage="train", tensorboard=Fals
                 raw_tokens=voc.raw_words, block_distinct=voc.block_distinct,
                 passes=memory.COMPILED if native.text_kernel() is not None else memory.PYTHON,
                 readers=most_readers(paths, comm.size, comm.threads), one_pass=voc.provisional is not None,
-                tensorflow=memory.loads_tensorflow(cfg) or tensorboard, loaded=tensorflow_loaded())
+                tensorflow=memory.loads_tensorflow(cfg) or tensorboard, loaded=tensorflow_loaded(),
+                noise=voc.runs.noise_distinct)
     the_plan = memory.plan(voc.size, cfg, comm.size, owned=voc.most_owned, **text)
     for line in the_plan.describe(stage).splitlines():
         log(comm, f"plan: {line}")

@@ -35,3 +35,21 @@ def test_each_word_is_drawn_in_proportion_to_its_count_to_the_power(exponent):
     drawn = np.bincount(r.draw_noise(np.random.default_rng(2).random(600_000)), minlength=6) / 600_000
     weight = np.array([1000, 100, 100, 10, 10, 10], np.float64) ** exponent
     np.testing.assert_allclose(drawn, weight / weight.sum(), atol=3e-3)
+
+
+@pytest.mark.parametrize("draws", [1, 300, 20_000])
+def test_the_distinct_words_of_noise_draws_are_expected_and_bounded_as_the_memory_plan_says(draws):
+    """The memory plan bounds a super-step's noise rows by their expected distinct count and a tail margin
+    (memory.noise_rows): over repeated draws the mean is the expectation, and no repeat passes the bound,
+    which stays below the draws' count once draws repeat words."""
+    from hvd_w2v.planning.memory import noise_rows
+
+    r = runs(3)
+    rng = np.random.default_rng(4)
+    found = np.array([len(np.unique(r.draw_noise(rng.random(draws)))) for _ in range(200)])
+    expected = r.noise_distinct(draws)
+    assert abs(found.mean() - expected) <= 4 * max(found.std(), 0.05) / np.sqrt(len(found)) + 0.05
+    assert found.max() <= noise_rows(expected)
+    if draws == 20_000:  # many draws of the head words: the bound is far below one row a draw
+        assert noise_rows(expected) < 0.6 * draws
+    assert r.noise_distinct(0) == 0

@@ -142,13 +142,29 @@ def phases(argv):
         comm.horovod()  # TensorFlow and Horovod's start belong to the baseline, not to training
     reset_peak()
     start = status_bytes("VmRSS")
-    loop.train(comm, cfg, voc, stream, progress=False, rule=pipeline.step_rule(cfg))
-    planned = memory.plan(voc.size, cfg, comm.size, voc.total, threads=comm.threads)  # as pipeline.memory_plan
+    rule, tables = pipeline.step_rule(cfg), []
+
+    class Measured(rule):  # the rule, noting each step's table rows as it makes them
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made = self.empty_rows
+
+            def empty_rows(table, dim):
+                tables.append(table)
+                return made(table, dim)
+
+            self.empty_rows = empty_rows
+
+    loop.train(comm, cfg, voc, stream, progress=False, rule=Measured)
+    planned = memory.plan(voc.size, cfg, comm.size, voc.total, threads=comm.threads,
+                          noise=voc.runs.noise_distinct)  # as pipeline.memory_plan
     slots = memory.step_slots(cfg, comm.size, voc.total)
+    rows = memory.step_rows(cfg, voc.size, comm.size, voc.total, voc.runs.noise_distinct)
     print(f"rank {comm.rank}: after train HWM {status('VmHWM')} RSS {status('VmRSS')} RssFile {status('RssFile')} "
           f"RssAnon {status('RssAnon')}; training's peak {(status_bytes('VmHWM') - start) / 2**20:,.1f} MiB "
           f"(planned {planned.training / 2**20:,.1f}: model {planned.model / 2**20:,.1f}, step "
-          f"{planned.step / 2**20:,.1f}), {slots:,} slots a step", flush=True)
+          f"{planned.step / 2**20:,.1f}), {slots:,} slots a step; a step's table at most {max(tables):,} rows "
+          f"(planned {rows:,})", flush=True)
 
 
 def passes(argv):

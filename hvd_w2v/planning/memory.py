@@ -311,9 +311,10 @@ def step_slots(cfg, ranks, positions=0):
     return step_centres(cfg, ranks, positions) * centre_slots(cfg, positions)
 
 
-def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
+def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0, noise=None):
     """An upper bound of one step's working set on one rank of ``threads`` threads, in bytes. ``positions``: the
-    corpus's kept tokens when known (0: not), the most centres a step or a shard can have on a small corpus.
+    corpus's kept tokens when known (0: not), the most centres a step or a shard can have on a small corpus;
+    ``noise``: the noise draws' expected distinct words, once the counts are known (:func:`shard_rows`).
 
     A rank builds the examples of at most ``ceil(batch_words / P)`` centres (every position kept); each has
     ``2 * window`` context slots and ``1 + negative`` output slots (hierarchical softmax: its path's, at most
@@ -333,9 +334,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     hosted = math.ceil(cfg.shards / ranks) if cfg.shards else 0
     centres, per_centre = step_centres(cfg, ranks, positions), centre_slots(cfg, positions)
     slots = centres * per_centre  # step_slots
-    unique = min(slots, 2 * vocab_size) + 1
+    unique = step_rows(cfg, vocab_size, ranks, positions, noise)
     if cfg.shards:  # no TensorFlow: the table, the deltas and the exchange's buffer of them; the shards' rows
-        unique = min(unique, shard_rows(cfg, vocab_size, centres, hosted, positions))  # a shard's range: contiguous
         # With --merge-clip an owner chains each row's entries before summing them (native.merge_sources): per
         # entry its index, where its delta is, the next entry of its row, its row's hash bucket (two to four, 12
         # B each) and the row's first and last entry: 76 B. Without, on several ranks, the index alone
@@ -350,7 +350,8 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
         running = hosted if cfg.hot_inside else min(threads, hosted)
         hot = 2 * min(cfg.hot_rows, vocab_size) if cfg.hot_inside else 0
         shard = min(cfg.superstep, centres)
-        copies = running * min(shard * per_centre + 1, shard_rows(cfg, vocab_size, shard, 1, positions)) + 2 * hot
+        copies = (running * min(shard * per_centre + 1, shard_rows(cfg, vocab_size, shard, 1, positions, noise))
+                  + 2 * hot)
         per_slot += 4 * running / hosted  # the running shards' renumbered examples: slots / hosted each
         places += 4 * min(threads, hosted) * unique + 5 * hosted * hot  # a thread's place of every table row
     else:
@@ -359,14 +360,45 @@ def step_bytes(cfg, vocab_size, ranks, threads=1, positions=0):
     return STEP_FIXED_BYTES + int(per_slot * slots) + places + 4 * cfg.dim * (tables + copies)
 
 
-def shard_rows(cfg, vocab_size, centres, ranges, tokens=0):
+def step_rows(cfg, vocab_size, ranks, positions=0, noise=None):
+    """At most how many rows one rank's step table holds (U, its spare row included): a row a slot and at most
+    2V, and with shards at most :func:`shard_rows` of the hosted shards' ranges (each contiguous)."""
+    unique = min(step_slots(cfg, ranks, positions), 2 * vocab_size) + 1
+    if not cfg.shards:
+        return unique
+    centres, hosted = step_centres(cfg, ranks, positions), math.ceil(cfg.shards / ranks)
+    return min(unique, shard_rows(cfg, vocab_size, centres, hosted, positions, noise))
+
+
+def shard_rows(cfg, vocab_size, centres, ranges, tokens=0, noise=None):
     """At most how many distinct rows examples of ``centres`` centres in ``ranges`` contiguous ranges of the
     stream touch, the table's spare row included: on the input side the words of the ranges and of the
     ``context_span`` positions beyond each end (a context never reaches further), on the output side a centre's
     :func:`targets` each (its word and its negatives, or its Huffman path's inner nodes); each side at most V.
-    Far below the slots' bound (every slot a distinct row) on a vocabulary larger than a super-step."""
+    Far below the slots' bound (every slot a distinct row) on a vocabulary larger than a super-step.
+
+    ``noise``: the expected distinct words of n noise draws, once the counts are known
+    (vocab.CountRuns.noise_distinct), or None: every negative a row of its own. The text can name any words; the
+    negatives are draws of a known distribution, whose distinct count :func:`noise_rows` bounds."""
     inputs = min(vocab_size, centres + 2 * cfg.context_span * ranges)
-    return inputs + min(vocab_size, centres * targets(cfg, tokens)) + 1
+    outputs = centres * targets(cfg, tokens)
+    if noise is not None and not cfg.hs:
+        outputs = centres + noise_rows(noise(centres * cfg.negative))
+    return inputs + min(vocab_size, outputs) + 1
+
+
+# The chance, at most, that one super-step's negatives name more distinct words than noise_rows allows: e^-40,
+# about 4e-18, so that a run of a billion super-steps passes its bound with a chance below 1e-8.
+NOISE_TAIL = 40.0
+
+
+def noise_rows(mean):
+    """At most how many distinct words a super-step's noise draws name, but with a chance below e^-NOISE_TAIL,
+    given ``mean``, their expected number. A word's "drawn at least once" indicators are negatively associated
+    (balls into bins: Dubhashi and Ranjan, 1998), so Bernstein's bound holds for their sum, whose variance is at
+    most its mean: P(X >= mean + t) <= exp(-t^2 / (2 (mean + t / 3))), solved for t at NOISE_TAIL."""
+    t = NOISE_TAIL / 3 + math.sqrt((NOISE_TAIL / 3) ** 2 + 2 * NOISE_TAIL * mean)
+    return math.ceil(mean + t)
 
 
 def hs_bytes(vocab_size, tokens=0):
@@ -398,7 +430,8 @@ def loads_tensorflow(cfg):
 
 
 def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0, raw_tokens=0,
-         owned=0, block_distinct=0, passes=COMPILED, readers=1, one_pass=False, tensorflow=None, loaded=False):
+         owned=0, block_distinct=0, passes=COMPILED, readers=1, one_pass=False, tensorflow=None, loaded=False,
+         noise=None):
     """The memory plan of training ``vocab_size`` words with ``cfg`` on ``ranks`` ranks of ``threads`` threads.
 
     ``positions``: length of the encoded id stream (about the kept tokens; 0 if unknown); ``corpus_bytes``:
@@ -412,7 +445,8 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
     corpus.readers a rank reads on (corpus.most_readers); ``one_pass``: the count has also encoded (the
     Vocab's ``provisional``), so the encoding reads its numbers, not the text (:func:`numbered_bytes`).
     ``tensorflow``: training starts TensorFlow (None: :func:`loads_tensorflow`; a TensorBoard writer starts it
-    too); ``loaded``: the process had started it before the text passes (a Python user's).
+    too); ``loaded``: the process had started it before the text passes (a Python user's); ``noise``: the
+    expected distinct words of n noise draws (vocab.CountRuns.noise_distinct), once counted (:func:`shard_rows`).
     """
     tensorflow = loads_tensorflow(cfg) if tensorflow is None else tensorflow
     rows = math.ceil(vocab_size / ranks)
@@ -428,7 +462,7 @@ def plan(vocab_size, cfg, ranks, positions=0, corpus_bytes=None, tokens=None, th
         tables=(RUN_BYTES * distinct_counts(vocab_size, positions if tokens is None else tokens) + GUIDE_BYTES
                 + KEEP_HEAD_BYTES + (hs_bytes(vocab_size, positions if tokens is None else tokens) if cfg.hs else 0)),
         words=rows * passes.word,
-        step=step_bytes(cfg, vocab_size, ranks, threads, positions),
+        step=step_bytes(cfg, vocab_size, ranks, threads, positions, noise),
         hot=2 * hot * cfg.dim * 4 + 3 * 2 * hot * (cfg.dim + 1) * 4 if hot else 0,
         end=END_BYTES,
         counting=counting,
@@ -459,14 +493,14 @@ MAX_RANKS = 1 << 20
 
 def min_ranks(limit, vocab_size, cfg, positions=0, corpus_bytes=None, tokens=None, threads=1, distinct=0,
               raw_tokens=0, block_distinct=0, passes=COMPILED, stage="train", readers=1, one_pass=False,
-              tensorflow=None, loaded=False):
+              tensorflow=None, loaded=False, noise=None):
     """The smallest rank count whose plan (its peak up to ``stage``, MemoryPlan.peak) fits ``limit`` bytes per
     rank, or None when none up to MAX_RANKS does (the baseline, the count runs and the step's fixed part do
     not shrink with more ranks)."""
     return fewest_ranks(lambda p: plan(vocab_size, cfg, p, positions, corpus_bytes, tokens, threads, distinct,
                                        raw_tokens, block_distinct=block_distinct, passes=passes,
                                        readers=readers, one_pass=one_pass, tensorflow=tensorflow,
-                                       loaded=loaded).peak(stage) <= limit)
+                                       loaded=loaded, noise=noise).peak(stage) <= limit)
 
 
 def fewest_ranks(fits):

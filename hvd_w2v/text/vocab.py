@@ -186,6 +186,15 @@ class CountRuns:
         """float32 probability that an occurrence of each of ``ids`` survives subsampling."""
         return self.keep_by_run[self.run(ids)]
 
+    def noise_distinct(self, draws):
+        """The expected number of distinct words among ``draws`` independent noise draws (:meth:`draw_noise`):
+        the sum over words of 1 - (1 - q)^draws, q a word's share of the noise weight, run by run. The memory
+        plan's bound of the noise rows a super-step touches (memory.noise_rows)."""
+        if draws <= 0:
+            return 0.0
+        share = self.weight / self.cum[-1]  # q of each run's words
+        return float((np.diff(self.starts) * -np.expm1(draws * np.log1p(-share))).sum())
+
     def draw_noise(self, uniforms):
         """Noise word ids for uniforms in [0, 1): the inverse CDF of count^ns_exponent, run by run."""
         u = np.asarray(uniforms)
