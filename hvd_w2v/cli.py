@@ -365,6 +365,11 @@ def add_train_options(p):
                    help="with --shards: the form a super-step's rows and deltas travel in between ranks; "
                         "bfloat16 halves their bytes, each rounded to about 3 significant digits "
                         "(default: %(default)s)")
+    r.add_argument("--noise-groups", type=int, default=d.noise_groups, metavar="G",
+                   help="with --shards: each shard draws its noise words among the ids congruent to g modulo "
+                        "G, g the rank that would host it on G ranks (local negatives): on G ranks every noise "
+                        "word is a row of the rank's own, and none travels. The vectors depend on G, not on the "
+                        "layout (default: %(default)s: the whole vocabulary)")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")

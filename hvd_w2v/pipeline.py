@@ -426,6 +426,8 @@ def vocabulary(comm, corpus, out, cfg, stage="train", limit=None, quiet=False, i
             say(f"super-step: --superstep {cfg.superstep:,} positions a shard, {cfg.steps_per_epoch(voc.total):,} "
                 f"super-steps an epoch of {voc.total:,} positions (auto: the longest power of two, at most "
                 f"{MAX_SUPERSTEP:,}, that leaves {SUPERSTEPS_AN_EPOCH} an epoch)")
+        if stage == "train":  # what the layout needs of the vocabulary, before anything is written
+            step_rule(cfg).check_layout(cfg, comm.size, voc.size)
         the_plan = memory_plan(comm, cfg, voc, paths, cap, stage, bool(tensorboard))
     except BaseException:  # a refusal: the stream counted in one pass is not kept
         if numbered is not None:

@@ -59,6 +59,30 @@ def test_the_kernel_is_sequential_sgd_per_shard_summed_in_shard_order(sg, cbow_m
     assert table > 60 or np.abs(one - got).max() > 1e-3
 
 
+@pytest.mark.parametrize("sg", [True, False], ids=["sg", "cbow"])
+def test_each_shard_s_noise_words_learn_at_its_weight(sg):
+    """Local negatives' weights (localsgd.noise_weights): each shard's noise words' updates at its weight times
+    the rate, the centre's at the rate; the reference's sums, the same bytes on any thread count; weights of 1
+    are no weights, bit for bit; and a session of sub-steps (hotsync) weighs them alike."""
+    lib = native.local_sgd_kernel()
+    rows, ctx, tgt, bounds = problem(7, sg)
+    weights = np.array([0.5, 2.0, 1.25], np.float32)
+    alpha = np.float32(0.05)
+    want, want_loss, _ = localsgd.reference(sg, rows, ctx, tgt, bounds, alpha, weights=weights)
+    got, loss, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, 1, weights=weights)
+    assert np.abs(got - want).max() < KERNEL_ATOL and loss == pytest.approx(want_loss, rel=1e-5)
+    again, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, 3, weights=weights)
+    plain, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, 2)
+    ones, _, _ = native.local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, 2, weights=np.ones(3, np.float32))
+    assert again.tobytes() == got.tobytes() and ones.tobytes() == plain.tobytes()
+    assert np.abs(plain - got).max() > 1e-3
+    session = native.LocalSession(lib, sg, rows, ctx, tgt, bounds, 1, 0, 0, weights=weights)
+    session.substep(0, alpha)
+    assert session.close()[0].tobytes() == got.tobytes()
+    with pytest.raises(ValueError, match="a noise weight a shard"):
+        native.local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, 1, weights=weights[:2])
+
+
 def paths(seed, tgt, none, scale=1.0):
     """``tgt`` made hierarchical softmax's: each centre's targets a path of 1 to all its slots of distinct rows
     (none past its end), and their codes."""
@@ -197,6 +221,16 @@ def test_the_layout_chooses_the_mode_unless_told_and_a_resume_keeps_its_run_s_ch
         Config(wire="bfloat16").settled(1, 64)
     with pytest.raises(UserError, match="--wire must be one of float32, bfloat16"):
         Config(wire="float16")
+    # local negatives: shard-local SGD's, a shard a group at least, a word a group, negative sampling's
+    assert Config(noise_groups=2).settled(2, 4).noise_groups == 2
+    with pytest.raises(UserError, match="--noise-groups 2 is shard-local SGD's"):
+        Config(noise_groups=2).settled(1, 64)
+    with pytest.raises(UserError, match="every group needs a shard .give --shards 8 or more"):
+        Config(noise_groups=8, shards=4)
+    with pytest.raises(UserError, match="hierarchical softmax .--hs 1. draws none"):
+        Config(noise_groups=2, hs=True, negative=0)
+    with pytest.raises(UserError, match="--noise-groups 8 on a vocabulary of 3 words"):
+        localsgd.LocalSGD.check_layout(Config(shards=8, noise_groups=8), 2, 3)
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +304,29 @@ def test_bfloat16_halves_the_bytes_and_rounds_alike_on_every_layout(corpus, refe
     assert np.abs(full.vectors - reference["cbow"].vectors).max() < ATOL  # float32's 2 x 1 is 1 x 4's
     # rounded on one rank too (1 x 2 is not float32's), by a few 2^-8 of a super-step's deltas at most
     assert 2 * ATOL < rounded < 0.01 * scale and layouts < 0.01 * scale
+
+
+def test_noise_groups_give_the_same_vectors_on_every_layout_and_no_noise_word_travels(corpus, reference, tmp_path):
+    """--noise-groups 2 (local negatives), hot rows inside the super-step: 2 x 1, where each rank draws its
+    shards' noise words among its own rows, and 1 x 2 give the same vectors, which are not one group's; 2 x 1
+    sends far fewer bytes a word than one group's 2 x 1, whose negatives are any rank's rows."""
+    import re
+
+    runs = {}
+    for groups, nranks, threads in [(2, 2, 1), (2, 1, 2), (1, 2, 1)]:
+        out = str(tmp_path / f"{groups}-{nranks}x{threads}")
+        result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, *ARCH["sg"], "--noise-groups",
+                                 str(groups)], timeout=240, threads=threads)
+        assert result.ok, result.output[-3000:]
+        sent = int(re.search(r"([\d,]+) bytes sent per word", result.output).group(1).replace(",", ""))
+        runs[groups, nranks] = load(f"{out}/vectors.bin"), sent
+    (local, local_bytes), (alone, _), (one, one_bytes) = runs[2, 2], runs[2, 1], runs[1, 2]
+    diff, moved = np.abs(local.vectors - alone.vectors).max(), np.abs(local.vectors - one.vectors).max()
+    print(f"2 groups, 2 x 1 against 1 x 2: {diff:.2e}; against one group {moved:.2e}; bytes a word {local_bytes:,} "
+          f"against {one_bytes:,}")
+    assert diff < ATOL and moved > 100 * ATOL
+    assert np.abs(one.vectors - reference["sg"].vectors).max() < ATOL  # one group is every word: 1 x 4's
+    assert local_bytes < 0.7 * one_bytes
 
 
 def test_a_super_step_checkpoint_resumes_on_another_layout_to_the_same_vectors(corpus, reference, tmp_path):

@@ -53,3 +53,21 @@ def test_the_distinct_words_of_noise_draws_are_expected_and_bounded_as_the_memor
     if draws == 20_000:  # many draws of the head words: the bound is far below one row a draw
         assert noise_rows(expected) < 0.6 * draws
     assert r.noise_distinct(0) == 0
+
+
+def test_a_shard_s_noise_weight_is_the_groups_times_its_group_s_share():
+    """Local negatives (localsgd.noise_weights): G times the share of the noise weight its group holds, the
+    groups those of the ranks that would host the shards on G ranks; their mean over the groups 1, so that
+    each word is, in expectation, the negative it is with one group. One group: no weights."""
+    from types import SimpleNamespace
+
+    from hvd_w2v.common.config import Config
+    from hvd_w2v.training.localsgd import noise_weights
+
+    r = CountRuns(np.array([1000, 100, 10]), np.array([1, 2, 3]), 1e-3)  # ids 0; 1, 2; 3, 4, 5: group 0 heavy
+    voc = SimpleNamespace(runs=r)
+    shares = np.array([r.noise_group(g, 3).cum[-1] / r.cum[-1] for g in range(3)])
+    got = noise_weights(voc, Config(shards=6, noise_groups=3), range(6))
+    np.testing.assert_allclose(got, 3 * shares[[0, 0, 1, 1, 2, 2]], rtol=1e-6)
+    assert got.dtype == np.float32 and abs(shares.sum() - 1) < 1e-12 and shares[0] > 2 * shares[1]
+    assert noise_weights(voc, Config(shards=6), range(6)) is None

@@ -96,6 +96,15 @@ class Config:
     # (hotsync: Horovod's allreduce of the hot block, one a sub-step). None, or the super-step's or more: one
     # merge at its end with the other rows (localsgd); settled keeps it only below the super-step.
     substep: Optional[int] = None
+    # Local negatives (Stergiou et al., "Distributed negative sampling for word embeddings", AAAI 2017): with
+    # shards, the noise words of shard v are drawn among the words of its noise group g, the ids congruent to g
+    # modulo noise_groups, by the same count^ns_exponent weights; g is the rank that would host v on
+    # noise_groups ranks (localsgd.noise_group). Rank r of P owns the ids congruent to r modulo P, so with
+    # noise_groups = P every negative is a row of the rank's own: no byte of the exchange is spent on noise
+    # words. Each shard's noise words learn at its group's weight (localsgd.noise_weights), so that each row's
+    # expected update is one group's; the vectors depend on noise_groups, never on the layout. 1: every word,
+    # word2vec's.
+    noise_groups: int = 1
     # How a super-step's rows and deltas travel between ranks: "float32", or "bfloat16", half the bytes, each
     # rounded to about 3 significant digits (wire.py). The exact step's stay float32.
     wire: str = "float32"
@@ -153,6 +162,13 @@ class Config:
              f"--merge-clip must be 0 (no clip), more or auto, got {self.merge_clip}"),
             (self.max_row_norm > 0, f"--max-row-norm must be more than 0, got {self.max_row_norm}"),
             (self.wire in WIRES, f"--wire must be one of {', '.join(WIRES)}, got {self.wire!r}"),
+            (1 <= self.noise_groups <= 1 << 24, f"--noise-groups must be in 1..16777216, got {self.noise_groups}"),
+            (self.noise_groups == 1 or not self.hs,
+             f"--noise-groups {self.noise_groups} groups noise words: hierarchical softmax (--hs 1) draws none"),
+            (self.noise_groups == 1 or self.shards is None or self.noise_groups <= self.shards,
+             f"--noise-groups {self.noise_groups} with --shards {self.shards}: a group's words are the noise "
+             f"words of its shards alone, so every group needs a shard (give --shards {self.noise_groups} or "
+             f"more)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -202,6 +218,9 @@ class Config:
             if self.substep is not None:
                 raise UserError("--substep is shard-local SGD's: the exact step merges the hot rows every step "
                                 "(use --shards 1 or more)")
+            if self.noise_groups != 1:
+                raise UserError(f"--noise-groups {self.noise_groups} is shard-local SGD's: the exact step draws "
+                                f"every noise word from the whole vocabulary (use --shards 1 or more)")
             if self.wire != "float32":
                 raise UserError(f"--wire {self.wire} is shard-local SGD's: the exact step's rows travel as float32 "
                                 f"(use --shards 1 or more)")

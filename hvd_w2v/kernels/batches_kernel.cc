@@ -5,7 +5,8 @@
 //     noise words from the runs' count^ns_exponent weights). Every draw is rng.py's counter-based generator
 //     and every float operation the one numpy does, in the same order and precision: the same examples, bit for
 //     bit.
-//   hvd_w2v_build_ranges: the same over several ranges at once (localsgd's shards), a range a thread.
+//   hvd_w2v_build_ranges: the same over several ranges at once (localsgd's shards), a range a thread, each
+//     range's noise words drawn from its own noise group's tables (vocab.NoiseGroup; config's noise_groups).
 //   hvd_w2v_step_plan: loop.StepPlan.of for the compiled step (one block): the step's unique keys grouped by
 //     owner (within an owner, by a class of keys that splits the work over the threads), each example's slots
 //     in that table, and the SGD-update count of each row (shard-local SGD's: the shards that touch it).
@@ -125,15 +126,28 @@ struct alignas(64) Kept {
   }
 };
 
+// A noise distribution (vocab.NoiseGroup): the words offset + stride * j, j counted by runs from ``starts``,
+// ``cum`` the weight before each run, ``weight`` a word's by run, ``guide`` where a draw starts looking.
+struct Noise {
+  int64_t runs;
+  const int64_t* starts;
+  const double* cum;
+  const double* weight;
+  const int64_t* guide;
+  int64_t guide_size, offset, stride;
+};
+
 // One thread's examples: those of the kept occurrences [from, to) whose position lies in [lo, hi).
 struct alignas(64) Examples {
   std::vector<int64_t> centres, contexts, negatives;
 
   void build(const std::vector<int64_t>& kpos, const std::vector<int64_t>& kid, const std::vector<int64_t>& ksent,
              int64_t from, int64_t to, int64_t lo, int64_t hi, uint64_t window_key, uint64_t noise_key,
-             int64_t window, int64_t span, int64_t negative, int64_t runs, const int64_t* starts, const double* cum,
-             const double* weight, const int64_t* guide, int64_t guide_size) {
+             int64_t window, int64_t span, int64_t negative, const Noise& noise) {
     const int64_t kept = kpos.size(), width = 2 * window;
+    const int64_t runs = noise.runs, guide_size = noise.guide_size;
+    const int64_t* starts = noise.starts;
+    const double *cum = noise.cum, *weight = noise.weight;
     const double total = cum[runs];
     const int64_t most = std::max<int64_t>(to - from, 0);  // room for every centre: no growing on the way
     centres.reserve(most), contexts.reserve(most * width), negatives.reserve(most * negative);
@@ -155,13 +169,14 @@ struct alignas(64) Examples {
       if (!any) continue;  // a centre with no context word trains nothing
       centres.push_back(kid[c]);
       contexts.insert(contexts.end(), ctx.begin(), ctx.end());
-      for (int64_t k = 0; k < negative; ++k) {  // vocab.CountRuns.draw_noise
+      for (int64_t k = 0; k < negative; ++k) {  // vocab.NoiseGroup.draw
         const double u = uniform(noise_key, cpos, k);
         const double x = u * total;
-        int64_t run = guide[std::min(static_cast<int64_t>(u * guide_size), guide_size - 1)];
+        int64_t run = noise.guide[std::min(static_cast<int64_t>(u * guide_size), guide_size - 1)];
         while (run < last && cum[run + 1] <= x) ++run;
         const int64_t within = static_cast<int64_t>((x - cum[run]) / weight[run]);
-        negatives.push_back(starts[run] + std::min(within, starts[run + 1] - starts[run] - 1));
+        negatives.push_back(noise.offset + noise.stride * (starts[run] + std::min(within, starts[run + 1] -
+                                                                                           starts[run] - 1)));
       }
     }
   }
@@ -424,7 +439,7 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
     const int64_t kept = kpos.size();
     Examples& built = made[t];
     built.build(kpos, kid, ksent, kept * t / team, kept * (t + 1) / team, lo, hi, window_key, noise_key, window,
-                span, negative, runs, starts, cum, weight, guide, guide_size);
+                span, negative, Noise{runs, starts, cum, weight, guide, guide_size, 0, 1});
 #pragma omp barrier
     int64_t at = 0;  // where this range's examples start among all: each thread copies its own out
     for (int64_t r = 0; r < t; ++r) at += made[r].centres.size();
@@ -442,12 +457,17 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
 // Each range is built on one thread, as hvd_w2v_build builds it (the same examples), and the ranges are shared
 // out over ``threads``; the examples are written range after range, and range r's count to counts[r]. So a
 // node's threads build its shards' examples at once, where one call per shard would run on one thread at a
-// time (a few positions are too few to split). Returns the examples' total.
+// time (a few positions are too few to split). Range r draws its noise words from table group_of[r] of the
+// noise groups' (vocab.NoiseGroup): its starts and cum at group_starts and group_cum + g (runs + 1), its guide
+// at group_guide + g guide_size, its words group_offset[g] + stride j; ``weight`` and the run count are the
+// vocabulary's. Returns the examples' total.
 int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int64_t* bases, const int64_t* los,
                              const int64_t* his, int64_t ranges, uint64_t keep_key, uint64_t window_key,
                              uint64_t noise_key, int64_t window, int64_t span, int64_t negative, int64_t runs,
                              const int64_t* starts, const float* keep_by_run, const float* keep_head, int64_t head,
                              const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
+                             const int64_t* group_of, const int64_t* group_starts, const double* group_cum,
+                             const int64_t* group_guide, const int64_t* group_offset, int64_t stride,
                              int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t* counts,
                              int64_t threads) {
   std::vector<Examples> made(ranges);
@@ -457,8 +477,11 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
     Kept kept;
     kept.subsample(ids + id_at[r], 0, id_at[r + 1] - id_at[r], bases[r], keep_key, runs, starts, keep_by_run,
                    keep_head, head);
+    const int64_t g = group_of[r];  // range r's noise group, among the tables given
     made[r].build(kept.pos, kept.id, kept.sentence, 0, kept.pos.size(), los[r], his[r], window_key, noise_key,
-                  window, span, negative, runs, starts, cum, weight, guide, guide_size);
+                  window, span, negative,
+                  Noise{runs, group_starts + g * (runs + 1), group_cum + g * (runs + 1), weight,
+                        group_guide + g * guide_size, guide_size, group_offset[g], stride});
   }
   const int64_t width = 2 * window;
   std::vector<int64_t> at(ranges + 1, 0);  // where each range's examples start among all

@@ -60,19 +60,20 @@ inline float sigmoid_and_loss(float f, bool positive, double* loss) {
 constexpr float HS_SATURATED = 6.f;  // word2vec.c's MAX_EXP (sgns_kernel.cc's)
 
 // grad[k] = (label - sigmoid(l1 . target k)) * alpha for the targets l2 of one input row l1 (null: skipped),
-// and their loss; labels 1 for target 0 and 0 for the others, or with ``code`` 1 - code[k] (hierarchical
-// softmax, whose saturated nodes get 0: the caller skips them). Every dot product first: they are independent
+// and their loss; labels 1 for target 0 and 0 for the others (the noise words, whose rate is ``noise_alpha``:
+// the shard's noise weight times alpha), or with ``code`` 1 - code[k] (hierarchical softmax, whose saturated
+// nodes get 0: the caller skips them). Every dot product first: they are independent
 // unless a noise word repeats within one centre's targets, so they overlap instead of each waiting for the
 // update before it; the updates follow in target order (the caller).
 inline void gradients(const float* l1, float* const* l2, const int8_t* code, int64_t k1, int64_t d, float alpha,
-                      float* grad, double* loss) {
+                      float noise_alpha, float* grad, double* loss) {
   for (int64_t k = 0; k < k1; ++k) grad[k] = l2[k] ? dot(l1, l2[k], d) : 0.f;
   for (int64_t k = 0; k < k1; ++k) {
     if (!l2[k]) continue;
     const bool label = code ? code[k] == 0 : k == 0;
     const bool saturated = code && std::fabs(grad[k]) >= HS_SATURATED;
     const float sig = sigmoid_and_loss(grad[k], label, loss);
-    grad[k] = saturated ? 0.f : ((label ? 1.f : 0.f) - sig) * alpha;
+    grad[k] = saturated ? 0.f : ((label ? 1.f : 0.f) - sig) * (code || k == 0 ? alpha : noise_alpha);
   }
 }
 
@@ -138,9 +139,11 @@ struct Copy {
 };
 
 // word2vec.c's SGD over the centres [from, to) of ``mine``'s examples (counted from the shard's first), in
-// order, on its copy; adds their loss and count.
-void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t from, int64_t to, Copy& mine,
-         double* loss_out, double* count_out) {
+// order, on its copy, its noise words' updates weighted by ``weight`` (the shard's noise group's: 1 for every
+// word); adds their loss and count.
+void sgd(int64_t arch, int64_t d, float alpha, float weight, int64_t w, int64_t k1, int64_t from, int64_t to,
+         Copy& mine, double* loss_out, double* count_out) {
+  const float noise_alpha = alpha * weight;
   const bool sg = arch == 1, mean = arch == 0;  // sgns_kernel.cc's codes: skip-gram, CBOW's mean, its sum
   std::vector<float> work(d), hidden(d), grad(k1);
   std::vector<float*> l2(k1);
@@ -158,7 +161,7 @@ void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t fr
       for (int64_t j = 0; j < w; ++j) {
         if (cs[j] < 0) continue;
         float* l1 = row(cs[j]);
-        gradients(l1, l2.data(), code, k1, d, alpha, grad.data(), &loss);
+        gradients(l1, l2.data(), code, k1, d, alpha, noise_alpha, grad.data(), &loss);
         std::fill(work.begin(), work.end(), 0.f);
         for (int64_t k = 0; k < k1; ++k) {
           if (!l2[k] || (code && grad[k] == 0.f)) continue;
@@ -179,7 +182,7 @@ void sgd(int64_t arch, int64_t d, float alpha, int64_t w, int64_t k1, int64_t fr
       if (m == 0) continue;
       if (mean)
         for (int64_t x = 0; x < d; ++x) hidden[x] /= m;
-      gradients(hidden.data(), l2.data(), code, k1, d, alpha, grad.data(), &loss);
+      gradients(hidden.data(), l2.data(), code, k1, d, alpha, noise_alpha, grad.data(), &loss);
       std::fill(work.begin(), work.end(), 0.f);
       for (int64_t k = 0; k < k1; ++k) {
         if (!l2[k] || (code && grad[k] == 0.f)) continue;
@@ -245,6 +248,7 @@ std::vector<std::vector<int32_t>> scratch;  // a thread's ``at`` (Copy::begin)
 struct Session {
   int64_t arch = 0, T = 0, d = 0, w = 0, k1 = 0, shards = 0, parts = 0, hot_lo = 0, hot_hi = 0;
   const int8_t* codes = nullptr;
+  std::vector<float> weights;  // a shard's noise weight (sgd's)
   int team = 1;
   const float* rows = nullptr;
   std::vector<int64_t> bounds;  // shard s's sub-step j: centres [bounds[s parts + j], bounds[s parts + j + 1])
@@ -265,11 +269,12 @@ struct Session {
 
 extern "C" {
 
-// The super-step (the contract above). Returns 0, or -1 with nothing written when a row index lies outside
-// [0, T) or the bounds are not increasing within [0, n].
+// The super-step (the contract above); ``weights`` float32[shards]: each shard's noise weight (null: 1 each).
+// Returns 0, or -1 with nothing written when a row index lies outside [0, T) or the bounds are not increasing
+// within [0, n].
 int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d, const int32_t* ctx,
                           int64_t w, const int32_t* tgt, const int8_t* codes, int64_t k1, int64_t n,
-                          const int64_t* bounds, int64_t shards,
+                          const int64_t* bounds, int64_t shards, const float* weights,
                           float alpha, int64_t threads, float* deltas, double* sums) {
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
   if (!checked(ctx, w, tgt, k1, n, T, bounds, shards, team)) return -1;
@@ -287,8 +292,9 @@ int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d,
     for (int64_t first = 0; first < shards; first += team) {
       if (first + t < shards) {
         copies[t].begin(scratch[t], rows, T, d, ctx, w, tgt, codes, k1, bounds[first + t], bounds[first + t + 1]);
-        sgd(arch, d, alpha, w, k1, 0, bounds[first + t + 1] - bounds[first + t], copies[t], &loss[first + t],
-            &count[first + t]);
+        const int64_t s = first + t;
+        sgd(arch, d, alpha, weights ? weights[s] : 1.f, w, k1, 0, bounds[s + 1] - bounds[s], copies[t], &loss[s],
+            &count[s]);
       }
 #pragma omp barrier
       std::vector<const Copy*> round;
@@ -309,12 +315,12 @@ int64_t hvd_w2v_local_sgd(int64_t arch, const float* rows, int64_t T, int64_t d,
 // last sync) and ``sync`` (the combined hot rows, into every shard's copy), then ``close`` (the other rows'
 // deltas). The arguments of open are the one-call super-step's, but ``bounds`` holds ``parts`` sub-steps a
 // shard (shard s's sub-step j: centres [bounds[s parts + j], bounds[s parts + j + 1])) and the table rows
-// [hot_lo, hot_hi) are the hot rows. The arrays must live until close. Every shard's copy is held at once.
+// [hot_lo, hot_hi) are the hot rows; ``weights`` as the one call's. The arrays must live until close. Every shard's copy is held at once.
 // Each returns 0, or -1 with nothing written: open when an index or the bounds are wrong, the others when
 // called out of turn.
 int64_t hvd_w2v_local_sgd_open(int64_t arch, const float* rows, int64_t T, int64_t d, const int32_t* ctx,
                                int64_t w, const int32_t* tgt, const int8_t* codes, int64_t k1, int64_t n,
-                               const int64_t* bounds, int64_t shards,
+                               const int64_t* bounds, int64_t shards, const float* weights,
                                int64_t parts, int64_t hot_lo, int64_t hot_hi, int64_t threads) {
   Session& S = session;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min(threads, shards)));
@@ -324,6 +330,8 @@ int64_t hvd_w2v_local_sgd_open(int64_t arch, const float* rows, int64_t T, int64
   S.arch = arch, S.T = T, S.d = d, S.w = w, S.k1 = k1, S.shards = shards, S.parts = parts, S.hot_lo = hot_lo;
   S.hot_hi = hot_hi, S.team = team, S.rows = rows, S.codes = codes;
   S.bounds.assign(bounds, bounds + shards * parts + 1);
+  S.weights.assign(shards, 1.f);
+  if (weights) S.weights.assign(weights, weights + shards);
   const int64_t nh = hot_hi - hot_lo;
   if (static_cast<int64_t>(S.copy.size()) < shards) S.copy.resize(shards);
   if (static_cast<int>(scratch.size()) < team) scratch.resize(team);
@@ -376,7 +384,7 @@ int64_t hvd_w2v_local_sgd_substep(int64_t part, float alpha, float* hot, float* 
       };
       for (int64_t j = from * w; j < to * w; ++j) name(c.ctx[j]);
       for (int64_t j = from * k1; j < to * k1; ++j) name(c.tgt[j]);
-      sgd(S.arch, d, alpha, w, k1, from, to, c, &S.loss[s], &S.count[s]);
+      sgd(S.arch, d, alpha, S.weights[s], w, k1, from, to, c, &S.loss[s], &S.count[s]);
     }
     // Each thread its range of hot rows, summed over the shards that named them, in shard order.
     const int t = omp_get_thread_num();

@@ -383,7 +383,7 @@ class Blocks:
 BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64, P,
                                        P, P, I64, P, P, P, I64],
                      "hvd_w2v_build_ranges": [P, P, P, P, P, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64,
-                                              P, P, P, I64, P, P, P, P, I64],
+                                              P, P, P, I64, P, P, P, P, P, I64, P, P, P, P, I64],
                      "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 6 + [I64, I64]}
 BUILDER_FLAGS = ["-ffp-contract=off"]  # no fused multiply-adds: they round otherwise than numpy's float operations
 
@@ -456,13 +456,21 @@ class Scratch:
         return scratch.take if scratch is not None else (lambda _, shape, dtype: np.empty(shape, dtype))
 
 
-def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, threads=1, scratch=None):
+def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, threads=1, scratch=None,
+                 noise=None):
     """build_examples over several ranges in one call, a range a thread: range r's ids ``ids[r]`` (int32,
-    read from stream position ``bases[r]``), its centres ``[los[r], his[r])``. Returns the examples of all,
-    range after range (centres, contexts, negatives, as build_examples), and each range's count (int64[R]):
-    the same examples as a call per range. With ``scratch`` (a :class:`Scratch`), the examples are written
-    into its arrays, which the next call with it writes over."""
+    read from stream position ``bases[r]``), its centres ``[los[r], his[r])``, its noise words drawn from
+    ``noise[r]`` (a vocab.NoiseGroup of ``runs``, all of one stride; None: every word). Returns the examples of
+    all, range after range (centres, contexts, negatives, as build_examples), and each range's count
+    (int64[R]): the same examples as a call per range. With ``scratch`` (a :class:`Scratch`), the examples are
+    written into its arrays, which the next call with it writes over."""
     arrays = _runs_arrays(runs, window, negative)
+    named = [(0, 1)] * len(ids) if noise is None else [(g.offset, g.stride) for g in noise]  # (group, groups)
+    index = {key: i for i, key in enumerate(dict.fromkeys(named))}  # each group once, as first used
+    group_of = np.array([index[key] for key in named], np.int64)
+    if len(named) != len(ids) or len({groups for _, groups in index}) > 1:
+        raise ValueError("build_ranges: a noise group a range, all of one count of groups")
+    group_starts, group_cum, group_guide, group_offset, stride = runs.noise_tables(tuple(index) or ((0, 1),))
     bases, los, his = (np.ascontiguousarray(a, np.int64) for a in (bases, los, his))
     id_at = np.cumsum([0] + [len(i) for i in ids], dtype=np.int64)
     flat = np.ascontiguousarray(np.concatenate(ids) if len(ids) else np.zeros(0), np.int32)
@@ -477,7 +485,9 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
     counts = np.empty(len(ids), np.int64)
     n = lib.hvd_w2v_build_ranges(flat.ctypes.data, id_at.ctypes.data, bases.ctypes.data, los.ctypes.data,
                                  his.ctypes.data, len(ids), *[int(k) for k in keys], window, span, negative,
-                                 *_runs_args(arrays), centres.ctypes.data, contexts.ctypes.data,
+                                 *_runs_args(arrays), group_of.ctypes.data, group_starts.ctypes.data,
+                                 group_cum.ctypes.data, group_guide.ctypes.data, group_offset.ctypes.data,
+                                 stride, centres.ctypes.data, contexts.ctypes.data,
                                  negatives.ctypes.data, counts.ctypes.data, threads)
     return centres[:n], contexts[:n], negatives[:n], counts
 
@@ -519,8 +529,9 @@ def step_plan(lib, centres, contexts, negatives, ranks, n_hot, sg, row_bucket, n
 
 # -- shard-local SGD's super-step (localsgd_kernel.cc) -------------------------------------------------------
 
-LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, P, I64, I64, P, I64, F32, I64, P, P],
-                   "hvd_w2v_local_sgd_open": [I64, P, I64, I64, P, I64, P, P, I64, I64, P, I64, I64, I64, I64, I64],
+LOCAL_FUNCTIONS = {"hvd_w2v_local_sgd": [I64, P, I64, I64, P, I64, P, P, I64, I64, P, I64, P, F32, I64, P, P],
+                   "hvd_w2v_local_sgd_open": [I64, P, I64, I64, P, I64, P, P, I64, I64, P, I64, P, I64, I64, I64,
+                                              I64],
                    "hvd_w2v_local_sgd_substep": [I64, F32, P, P], "hvd_w2v_local_sgd_sync": [P, P, I64],
                    "hvd_w2v_local_sgd_close": [P, P]}
 
@@ -542,21 +553,34 @@ def _shard_blocks(rows_count, ctx, tgt, bounds, codes=None):
     return bounds
 
 
-def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1, cbow_mean=True, codes=None):
+def _weights(weights, shards):
+    """The shards' noise weights as the kernel reads them (float32[shards], or None: 1 each); ValueError when
+    there are not as many as shards."""
+    if weights is None:
+        return None
+    weights = np.ascontiguousarray(weights, np.float32)
+    if weights.shape != (shards,):
+        raise ValueError(f"local SGD takes a noise weight a shard: {shards}, got {weights.shape}")
+    return weights
+
+
+def local_sgd(lib, sg, rows, ctx, tgt, bounds, alpha, threads=1, cbow_mean=True, codes=None, weights=None):
     """localsgd's super-step in one compiled call on ``threads`` threads (the same bytes on any count):
     ``rows`` float32[T, d] (the snapshot, row T - 1 "no context word"), ``ctx`` int32[n, w] and ``tgt``
     int32[n, 1 + K], shard s's centres ``[bounds[s], bounds[s + 1])``; ``codes`` (hierarchical softmax) the
-    targets' Huffman codes. Returns (deltas float32[T - 1, d]: each row's deltas summed over the shards, loss,
-    count)."""
+    targets' Huffman codes; ``weights`` each shard's noise weight (localsgd.noise_weights; None: 1 each).
+    Returns (deltas float32[T - 1, d]: each row's deltas summed over the shards, loss, count)."""
     bounds = _shard_blocks(len(rows), ctx, tgt, bounds, codes)
+    weights = _weights(weights, len(bounds) - 1)
     if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
         raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
     deltas = np.empty((len(rows) - 1, rows.shape[1]), np.float32)
     sums = (ctypes.c_double * 2)()
     if lib.hvd_w2v_local_sgd(arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data,
                              ctx.shape[1], tgt.ctypes.data, None if codes is None else codes.ctypes.data,
-                             tgt.shape[1], len(ctx), bounds.ctypes.data, len(bounds) - 1, alpha,
-                             threads, deltas.ctypes.data, sums):
+                             tgt.shape[1], len(ctx), bounds.ctypes.data, len(bounds) - 1,
+                             None if weights is None else weights.ctypes.data, alpha, threads, deltas.ctypes.data,
+                             sums):
         raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}) and its bounds increase within the centres")
     return deltas, sums[0], sums[1]
 
@@ -570,16 +594,18 @@ class LocalSession:
     of its rows is held from here to close."""
 
     def __init__(self, lib, sg, rows, ctx, tgt, bounds, parts, hot_lo, hot_hi, threads=1, cbow_mean=True,
-                 codes=None):
+                 codes=None, weights=None):
         bounds = _shard_blocks(len(rows), ctx, tgt, bounds, codes)
+        weights = _weights(weights, (len(bounds) - 1) // parts)
         if not (rows.dtype == np.float32 and rows.ndim == 2 and rows.flags.c_contiguous):
             raise ValueError("local SGD takes float32 C-contiguous rows [T, d]")
-        self.lib, self.keep, self.hot = lib, (rows, ctx, tgt, bounds, codes), (hot_lo, hot_hi)
+        self.lib, self.keep, self.hot = lib, (rows, ctx, tgt, bounds, codes, weights), (hot_lo, hot_hi)
         shards = (len(bounds) - 1) // parts
         if shards * parts + 1 != len(bounds) or lib.hvd_w2v_local_sgd_open(
                 arch(sg, cbow_mean), rows.ctypes.data, len(rows), rows.shape[1], ctx.ctypes.data, ctx.shape[1],
                 tgt.ctypes.data, None if codes is None else codes.ctypes.data, tgt.shape[1], len(ctx),
-                bounds.ctypes.data, shards, parts, hot_lo, hot_hi, threads):
+                bounds.ctypes.data, shards, None if weights is None else weights.ctypes.data, parts, hot_lo, hot_hi,
+                threads):
             raise IndexError(f"local SGD's rows must lie in [0, {len(rows)}), its bounds increase within the centres "
                              f"({parts} a shard) and its hot rows lie in the table")
 

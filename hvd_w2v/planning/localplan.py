@@ -8,7 +8,8 @@ consecutive positions, so a node asks the owners for the rows its T x S position
 that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's positions,
 loop.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
 exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B (2 dim B with --wire
-bfloat16) for each row sent back and for each delta sent to its owner. The T shards of a sampled node read S
+bfloat16) for each row sent back and for each delta sent to its owner; with --noise-groups nodes (train's
+--noise-groups P, local negatives) a node's noise words are its own rows. The T shards of a sampled node read S
 positions each at T disjoint places of the stream, as a node's shards do at once on a corpus of V x S
 positions or more, so the counts hold for a cluster's corpus however small this one is against V x S.
 
@@ -57,7 +58,7 @@ from ..kernels import native
 from ..parallel import wire
 from ..parallel.shard import RowPlan
 from ..training import batches, hotsync
-from ..training.localsgd import merge_rule, superstep_plan
+from ..training.localsgd import merge_rule, noise_group, superstep_plan
 from ..training.loop import CappedAdd, StepPlan
 from . import plan
 
@@ -69,11 +70,14 @@ def sampled_nodes(nodes):
     return [int(n) for n in np.linspace(0, nodes - 1, min(SAMPLED_NODES, nodes)).round()]
 
 
-def node_step(corpus, cfg, nodes, threads, n_hot, node, at):
+def node_step(corpus, cfg, nodes, threads, n_hot, node, at, groups=1):
     """The StepPlan node ``node`` of ``nodes`` builds in super-step ``at`` of an epoch (sampled places: see
-    the module's docstring)."""
+    the module's docstring), its shards' noise words drawn from their noise groups of ``groups``
+    (train's --noise-groups; localsgd.noise_group of the node's shards among the P x T)."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, nodes, threads, node, at)
-    batch, counts = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1)
+    noise = None if groups == 1 else [corpus.vocab.runs.noise_group(noise_group(v, nodes * threads, groups), groups)
+                                      for v in range(node * threads, (node + 1) * threads)]
+    batch, counts = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1, noise=noise)
     bounds = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)  # ``sgd``: the shards touching each row
     return StepPlan.of(batch, RowPlan(corpus.vocab.size, nodes), n_hot, cfg.sg, 1, 1, bounds)
 
@@ -216,12 +220,13 @@ def measure_prepare(corpus, cfg, threads, work_threads):
     return projected, f"the node's examples and table for {threads} x {cfg.superstep:,} positions {how} (least of 9)"
 
 
-def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
+def measure_owner(corpus, cfg, nodes, threads, samples, work_threads, groups=1):
     """An owner's rows' work in a super-step on ``nodes`` nodes of ``threads`` shards (:func:`_owner_seconds`,
     under the merge ``cfg`` trains with, on all the node's threads as training runs it: timed here on 1 and
     ``work_threads`` threads, projected to ``threads`` by :func:`on_node`): the rows every node asks of it and
     their deltas, one source a node, from every node's StepPlan at the ``samples`` (sampled super-steps), so
-    that a row several nodes touch comes from each, as it does in training. Seconds, the busiest of
+    that a row several nodes touch comes from each, as it does in training (noise groups of ``groups``:
+    :func:`node_step`). Seconds, the busiest of
     SAMPLED_NODES owners at each sample, averaged over the samples; and how they were measured. Every row
     counts, hot or not: with --hot-rows H the hot rows' add is the allreduce's, so the figure is an upper bound
     there.
@@ -237,7 +242,7 @@ def measure_owner(corpus, cfg, nodes, threads, samples, work_threads):
     for at in samples:
         asked = {owner: ([], [], []) for owner in owners}  # each node's keys, their SGD counts, how many
         for q in range(nodes):  # a node's StepPlan at a time: a thousand nodes' plans at once outgrow a host
-            step = node_step(corpus, cfg, nodes, threads, 0, q, at)
+            step = node_step(corpus, cfg, nodes, threads, 0, q, at, groups)
             ends = np.cumsum(step.owned)
             for owner in owners:
                 part = slice(ends[owner] - step.owned[owner], ends[owner])
@@ -324,7 +329,7 @@ def memory_bytes(step, dim, parts=1):
 
 
 def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, other=(0.0, 0.0),
-            memory_bandwidth=math.inf):
+            memory_bandwidth=math.inf, groups=1):
     """One row of ``nodes`` nodes: bytes per word, compute (the shards' SGD, ``per_position`` a position on
     each thread, and the rows' gather and add, ``other[1]``), gather, scatter and allreduce seconds (the hot
     block's, once a super-step or, with ``cfg.substep``, every substep positions: hotsync), the hot block's
@@ -332,12 +337,13 @@ def project(corpus, cfg, nodes, threads, hot, network, per_position, samples, ot
     next super-step's examples and table (``other[0]``: :func:`measure_prepare`) are built while the exchange
     waits (loop.Ahead.fill), so they add only what the exchange does not cover. The compute takes at least
     the node's memory traffic (:func:`memory_bytes`) at ``memory_bandwidth`` (bytes/s): the T threads of a
-    node share its memory, where this host's one thread was timed alone."""
+    node share its memory, where this host's one thread was timed alone. ``groups``: the noise groups
+    (:func:`node_step`)."""
     words_per_position = corpus.vocab.raw_words / len(corpus.stream)
     prepare, rows_work = other
     n_hot = min(hot, corpus.vocab.size)
     placed = [(at, node) for at in (samples or [0]) for node in sampled_nodes(nodes)]
-    steps = [node_step(corpus, cfg, nodes, threads, n_hot, node, at) for at, node in placed]
+    steps = [node_step(corpus, cfg, nodes, threads, n_hot, node, at, groups) for at, node in placed]
     parts = hotsync.parts(cfg) if cfg.substep and n_hot else 1  # the hot rows' merges a super-step
     moved = float(np.mean([memory_bytes(step, cfg.dim, parts) for step in steps]))
     compute = max(cfg.superstep * per_position + rows_work, moved / memory_bandwidth)
@@ -422,6 +428,9 @@ def main(argv=None):
     p.add_argument("--node-memory-bandwidth", type=float, default=150.0, metavar="GB/S",
                    help="a node's memory bandwidth, GB/s: its compute takes at least its memory traffic at this "
                         "rate (default: %(default)s)")
+    p.add_argument("--noise-groups", choices=("1", "nodes"), default="1",
+                   help="train's --noise-groups: 1, every word a shard's noise word, or nodes, a group a node (G "
+                        "= P, local negatives: no noise word travels) (default: %(default)s)")
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
     args = p.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -461,15 +470,16 @@ def main(argv=None):
                         measured[s] = (measure_thread(corpus, c),
                                        measure_prepare(corpus, c, args.threads, args.node_threads))
                         say(f"localplan: S {s:,}: {measured[s][0][1]}; {measured[s][1][1]}")
-                    for p in {1, n}:
-                        if (s, p, c.merge_clip) not in measured:
-                            measured[s, p, c.merge_clip] = measure_owner(corpus, c, p, args.threads,
-                                                                         range(args.samples), args.node_threads)
-                            say(f"localplan: S {s:,}: {measured[s, p, c.merge_clip][1]}")
+                    groups = n if args.noise_groups == "nodes" else 1
+                    for p, g in {(1, 1), (n, groups)}:
+                        if (s, p, g, c.merge_clip) not in measured:
+                            measured[s, p, g, c.merge_clip] = measure_owner(
+                                corpus, c, p, args.threads, range(args.samples), args.node_threads, g)
+                            say(f"localplan: S {s:,}: {measured[s, p, g, c.merge_clip][1]}")
                     per_position, prepare = measured[s][0][0], measured[s][1][0]
-                    other = prepare, measured[s, n, c.merge_clip][0]
+                    other = prepare, measured[s, n, groups, c.merge_clip][0]
                     one = project(corpus, c, 1, args.threads, 0, network, per_position, [],
-                                  (prepare, measured[s, 1, c.merge_clip][0]), memory)["words"]
+                                  (prepare, measured[s, 1, 1, c.merge_clip][0]), memory)["words"]
                     if (gbps, n) not in exacts:
                         exacts[gbps, n] = exact_row(corpus, cfg, n, args.threads, network, exact_compute,
                                                     args.exact_steps, exact_around) if exact_compute else float("nan")
@@ -478,7 +488,7 @@ def main(argv=None):
                         t0 = time.monotonic()
                         k = k if k and k < s else None
                         r = project(corpus, replace(c, substep=k), n, args.threads, h, network, per_position,
-                                    range(args.samples), other, memory)
+                                    range(args.samples), other, memory, groups)
                         rows.append([f"{gbps:g}", f"{s:,}", f"{n:,}", f"{args.threads}", f"{n * args.threads:,}",
                                      f"{h:,}", f"{k or s:,}", f"{r['block'] / 1024:,.0f}",
                                      f"{r['bytes_per_word']:,.1f}",
@@ -496,8 +506,9 @@ def main(argv=None):
               f"{cfg.negative}; latency {args.latency:g} us; {args.samples} super-steps x {SAMPLED_NODES} nodes "
               f"sampled a row; compute per thread measured here ({cfg.sg and 'skip-gram' or 'CBOW'}), the node's "
               f"work around it timed on 1 and {counted(args.node_threads, 'thread')}, projected to {args.threads}; "
-              f"rows and deltas between nodes as "
-              f"{args.wire}; exact: "
+              f"rows and deltas between nodes as {args.wire}"
+              f"{'; noise words from a group a node (--noise-groups P)' if args.noise_groups == 'nodes' else ''}"
+              f"; exact: "
               f"{cfg.batch_words:,} positions a step, its maths T times faster"
               + (f", {exact_compute.how}; {exact_around.how}" if exact_compute else ", left out")
               + f"; {alone_how}; a node's memory {args.node_memory_bandwidth:g} GB/s (mem GB/s: the traffic the row's "

@@ -382,7 +382,7 @@ def shard_rows(cfg, vocab_size, centres, ranges, tokens=0, noise=None):
     negatives are draws of a known distribution, whose distinct count :func:`noise_rows` bounds."""
     inputs = min(vocab_size, centres + 2 * cfg.context_span * ranges)
     outputs = centres * targets(cfg, tokens)
-    if noise is not None and not cfg.hs:
+    if noise is not None and not cfg.hs and cfg.noise_groups == 1:  # (a group's draws: every one a row)
         outputs = centres + noise_rows(noise(centres * cfg.negative))
     return inputs + min(vocab_size, outputs) + 1
 

@@ -51,6 +51,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -164,9 +165,8 @@ class CountRuns:
         self.keep_head = self.keep(np.arange(min(self.size, KEEP_HEAD)))  # float32, the same values
         self.weight = self.counts.astype(np.float64) ** ns_exponent  # each word's noise weight, by run
         self.cum = np.concatenate(([0.0], np.cumsum(self.weight * np.diff(self.starts))))  # before each run
-        # The run of each bucket's left edge, less one: a lower bound for every draw in it, float rounding too.
-        edges = np.arange(GUIDE) * (self.cum[-1] / GUIDE)
-        self.guide = np.maximum(np.searchsorted(self.cum, edges, side="right") - 2, 0)
+        self.guide = _guide(self.cum)
+        self._groups, self._tables = {}, {}  # noise groups and their compiled tables, made on first use
 
     @functools.cached_property
     def tree(self):
@@ -197,9 +197,62 @@ class CountRuns:
 
     def draw_noise(self, uniforms):
         """Noise word ids for uniforms in [0, 1): the inverse CDF of count^ns_exponent, run by run."""
+        return self.noise_group(0, 1).draw(uniforms)
+
+    def noise_group(self, group, groups):
+        """The noise distribution of the words ``group``, ``group + groups``, ... (config.Config.noise_groups),
+        count^ns_exponent among them: a :class:`NoiseGroup`, made once. Group 0 of 1 is every word."""
+        if not 0 <= group < min(groups, self.size):
+            raise UserError(f"noise group {group} of {groups} on {self.size:,} words: a group holds the ids "
+                            f"congruent to it modulo {groups}, at least one (give --noise-groups {self.size} or "
+                            f"fewer)")
+        if (group, groups) not in self._groups:
+            if groups == 1:
+                made = NoiseGroup(self.starts, self.cum, self.weight, self.guide, 0, 1)
+            else:  # its words of each run, counted by their place in the group: -(-(start - group) // groups)
+                starts = np.maximum(-((group - self.starts) // groups), 0)
+                cum = np.concatenate(([0.0], np.cumsum(self.weight * np.diff(starts))))
+                made = NoiseGroup(starts, cum, self.weight, _guide(cum), group, groups)
+            self._groups[group, groups] = made
+        return self._groups[group, groups]
+
+    def noise_tables(self, named):
+        """The compiled builder's tables of the noise groups ``named`` ((group, groups) pairs, one count of
+        groups): their starts, cum and guides end to end (int64, float64, int64), their offsets (int64) and the
+        stride; made once for each list (a rank's shards name the same groups at every super-step)."""
+        if named not in self._tables:
+            made = [self.noise_group(*key) for key in named]
+            self._tables[named] = (*(np.ascontiguousarray(np.concatenate([getattr(g, f) for g in made]), t)
+                                     for f, t in (("starts", np.int64), ("cum", np.float64), ("guide", np.int64))),
+                                   np.array([g.offset for g in made], np.int64), made[0].stride)
+        return self._tables[named]
+
+
+def _guide(cum):
+    """The run of each of GUIDE buckets' left edge over ``cum``, less one: a lower bound for every draw in the
+    bucket, float rounding too (runs of no weight are passed by the search forward)."""
+    edges = np.arange(GUIDE) * (cum[-1] / GUIDE)
+    return np.maximum(np.searchsorted(cum, edges, side="right") - 2, 0)
+
+
+@dataclass(frozen=True)
+class NoiseGroup:
+    """A noise distribution over the words ``offset + stride * j``: ``starts`` (int64[D + 1]) the first j of each
+    run of equal counts (CountRuns's runs), ``cum`` (float64[D + 1]) the weight before each, ``weight`` a word's
+    weight by run, ``guide`` where a draw starts looking. The compiled builder draws by the same arrays."""
+
+    starts: np.ndarray
+    cum: np.ndarray
+    weight: np.ndarray
+    guide: np.ndarray
+    offset: int
+    stride: int
+
+    def draw(self, uniforms):
+        """Word ids for uniforms in [0, 1): the inverse CDF of the weights, run by run."""
         u = np.asarray(uniforms)
         x = u * self.cum[-1]
-        last = len(self.counts) - 1
+        last = len(self.weight) - 1
         run = self.guide[np.minimum((u * GUIDE).astype(np.int64), GUIDE - 1)]
         while True:  # forward to the run whose cumulative range holds x: the last with cum[run] <= x
             ahead = (run < last) & (self.cum[np.minimum(run + 1, last)] <= x)
@@ -207,7 +260,8 @@ class CountRuns:
                 break
             run += ahead
         within = ((x - self.cum[run]) / self.weight[run]).astype(np.int64)
-        return self.starts[run] + np.minimum(within, self.starts[run + 1] - self.starts[run] - 1)
+        return self.offset + self.stride * (self.starts[run] + np.minimum(within, self.starts[run + 1]
+                                                                          - self.starts[run] - 1))
 
 
 class Vocab:

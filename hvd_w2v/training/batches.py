@@ -68,12 +68,13 @@ def build(stream, vocab, cfg, epoch, lo, hi, threads=1):
     return with_paths(_examples(stream, vocab, cfg, epoch, lo, hi, threads), vocab, cfg)
 
 
-def _examples(stream, vocab, cfg, epoch, lo, hi, threads):
-    """:func:`build`'s examples, before any paths."""
+def _examples(stream, vocab, cfg, epoch, lo, hi, threads, noise=None):
+    """:func:`build`'s examples, before any paths; noise words from ``noise`` (a vocab.NoiseGroup; None: every
+    word)."""
     span, window = cfg.context_span, cfg.window
     ids, base = read_around(stream, cfg, lo, hi)
     lib = native.example_builder()
-    if lib is not None:  # the same examples, bit for bit, in one pass (batches_kernel.cc)
+    if lib is not None and noise is None:  # the same examples, bit for bit, in one pass (batches_kernel.cc)
         return Batch(*native.build_examples(lib, ids, base, lo, hi, builder_keys(cfg, epoch), window, span,
                                             cfg.negative, vocab.runs, threads))
     ids = ids.astype(np.int64)
@@ -98,25 +99,28 @@ def _examples(stream, vocab, cfg, epoch, lo, hi, threads):
     contexts = np.where(ok, kid[nb], -1)
     has_context = ok.any(axis=1)
     cpos, contexts = cpos[has_context], contexts[has_context]
-    negatives = vocab.draw_noise(rng.uniform(cfg.seed, rng.NOISE, epoch, cpos[:, None], np.arange(cfg.negative)))
+    draw = vocab.draw_noise if noise is None else noise.draw
+    negatives = draw(rng.uniform(cfg.seed, rng.NOISE, epoch, cpos[:, None], np.arange(cfg.negative)))
     return Batch(kid[centre][has_context], contexts, negatives)
 
 
-def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1, scratch=None):
+def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1, scratch=None, noise=None):
     """:func:`build` of several ranges of centres ``[(lo, hi), ...]``: one Batch of their examples, range after
-    range, and each range's count (int64[R]). With at least as many ranges as ``threads``, the compiled builder
+    range, and each range's count (int64[R]); range r's noise words drawn from ``noise[r]`` (a vocab.NoiseGroup;
+    None: every word for all). With at least as many ranges as ``threads``, or noise groups, the compiled builder
     builds a range a thread in one call (a rank's shards of a few positions each: localsgd), into ``scratch``'s
     arrays where given (native.Scratch: the Batch lasts until the next call with it); else each range in turn,
     on every thread (numpy: on one). The same examples either way."""
     lib = native.example_builder()
-    if lib is not None and len(ranges) >= threads:
+    if lib is not None and (len(ranges) >= threads or noise is not None):
         around = [read_around(stream, cfg, lo, hi) for lo, hi in ranges]
         *made, counts = native.build_ranges(lib, [ids for ids, _ in around], [base for _, base in around],
                                             [lo for lo, _ in ranges], [hi for _, hi in ranges],
                                             builder_keys(cfg, epoch), cfg.window, cfg.context_span, cfg.negative,
-                                            vocab.runs, threads, scratch)
+                                            vocab.runs, threads, scratch, noise)
         return with_paths(Batch(*made), vocab, cfg), counts
-    parts = [_examples(stream, vocab, cfg, epoch, lo, hi, threads) for lo, hi in ranges]
+    parts = [_examples(stream, vocab, cfg, epoch, lo, hi, threads, None if noise is None else noise[r])
+             for r, (lo, hi) in enumerate(ranges)]
     fields = ("centres", "contexts", "negatives")
     batch = Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields)) if parts else _empty(cfg)
     return with_paths(batch, vocab, cfg), np.array([len(p) for p in parts], np.int64)

@@ -65,10 +65,11 @@ class HotSync(LocalSGD):
         codes = step.codes[0] if step.codes else None
         if self.lib is not None:
             session = native.LocalSession(self.lib, self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.segments,
-                                          self.parts, hot_lo, hot_hi, self.threads, self.cfg.cbow_mean, codes)
+                                          self.parts, hot_lo, hot_hi, self.threads, self.cfg.cbow_mean, codes,
+                                          self.weights)
         else:
             session = Reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.segments, self.parts, hot_lo,
-                                hot_hi, self.cfg.cbow_mean, codes)
+                                hot_hi, self.cfg.cbow_mean, codes, self.weights)
         for part in range(self.parts):
             deltas, touching = session.substep(part, alpha)
             changed = np.flatnonzero(np.isin(hot_keys, self.hot.apply(hot_keys, deltas, touching, self.apply)))
@@ -84,9 +85,10 @@ class Reference:
     """native.LocalSession in numpy, one centre at a time: the fallback, and what the kernel is tested
     against (the same sums in the same order)."""
 
-    def __init__(self, sg, rows, ctx, tgt, segments, parts, hot_lo, hot_hi, cbow_mean=True, codes=None):
+    def __init__(self, sg, rows, ctx, tgt, segments, parts, hot_lo, hot_hi, cbow_mean=True, codes=None,
+                 weights=None):
         self.sg, self.rows, self.ctx, self.tgt, self.parts, self.mean = sg, rows, ctx, tgt, parts, cbow_mean
-        self.codes = codes
+        self.codes, self.weights = codes, weights
         self.segments, self.hot = np.asarray(segments), (hot_lo, hot_hi)
         shards = (len(segments) - 1) // parts
         self.copies = [rows.copy() for _ in range(shards)]
@@ -103,7 +105,8 @@ class Reference:
         touching = np.zeros(len(hot), np.float32)
         for s, mine in enumerate(self.copies):
             lo, hi = self.segments[s * self.parts + part], self.segments[s * self.parts + part + 1]
-            loss, count = localsgd.shard_sgd(self.sg, mine, self.ctx, self.tgt, lo, hi, alpha, self.mean, self.codes)
+            loss, count = localsgd.shard_sgd(self.sg, mine, self.ctx, self.tgt, lo, hi, alpha, self.mean, self.codes,
+                                             1.0 if self.weights is None else self.weights[s])
             self.loss, self.count = self.loss + loss, self.count + count
             touched = np.flatnonzero(_named(len(self.rows), self.ctx[lo:hi], self.tgt[lo:hi])[hot_lo:hot_hi])
             hot[touched] += mine[hot_lo + touched] - self.base[touched]

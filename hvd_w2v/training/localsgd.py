@@ -40,13 +40,42 @@ def hosted(shards, ranks, rank):
     return range(shards * rank // ranks, shards * (rank + 1) // ranks)
 
 
+def noise_group(shard, shards, groups):
+    """The noise group of ``shard`` of ``shards`` (config.Config.noise_groups): the rank that would host it on
+    ``groups`` ranks (:func:`hosted`), so that on that many ranks its noise words are its rank's own rows."""
+    return ((shard + 1) * groups - 1) // shards
+
+
+def shards_noise(vocab, cfg, shards, parts=1):
+    """The noise groups (vocab.NoiseGroup) of ``shards`` (shard numbers), each ``parts`` times, for
+    batches.build_ranges; None with one group (every word)."""
+    if cfg.noise_groups == 1:
+        return None
+    return [vocab.runs.noise_group(noise_group(v, cfg.shards, cfg.noise_groups), cfg.noise_groups)
+            for v in shards for _ in range(parts)]
+
+
+def noise_weights(vocab, cfg, shards):
+    """Each of ``shards``' (shard numbers) noise weight, float32, or None with one group: G times its group's
+    share of the noise weight (count^ns_exponent). A group's words are drawn by its 1/G of the shards alone, in
+    proportion to their weight within the group; weighted so, the noise words' expected update, of each W_out
+    row and of each centre's input row, is one group's, however unequal the groups (a frequent word weighs its
+    group up; on a small vocabulary and many groups, far up: LocalSGD.describe prints the range)."""
+    if cfg.noise_groups == 1:
+        return None
+    runs, groups = vocab.runs, cfg.noise_groups
+    return np.array([groups * runs.noise_group(noise_group(v, cfg.shards, groups), groups).cum[-1] / runs.cum[-1]
+                     for v in shards], np.float32)
+
+
 def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1, scratch=None):
     """The examples of ``shards`` (a range of shard numbers) in global super-step ``done`` (counted over all
     epochs), in shard order: ``(batch, bounds)``, shard ``shards[s]``'s centres ``[bounds[s], bounds[s + 1])``
     of ``batch``, built in one call, a shard a thread, where the rank hosts as many shards as threads
     (batches.build_ranges). With ``parts`` sub-steps of ``cfg.substep`` positions (hotsync), each shard's
     centres are cut by them: shard s's sub-step j is ``[bounds[s parts + j], bounds[s parts + j + 1])``. With
-    ``scratch`` (native.Scratch), the batch lasts until its next use."""
+    ``scratch`` (native.Scratch), the batch lasts until its next use. Each shard's noise words are drawn from its
+    noise group's words (:func:`shards_noise`)."""
     n = len(stream)
     epoch, k = divmod(done, cfg.steps_per_epoch(n))
     ranges = []
@@ -55,7 +84,8 @@ def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1, scra
         start, end = min(hi, lo + k * cfg.superstep), min(hi, lo + (k + 1) * cfg.superstep)
         ranges += [(start, end)] if parts == 1 else [
             (min(end, start + j * cfg.substep), min(end, start + (j + 1) * cfg.substep)) for j in range(parts)]
-    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads, scratch)
+    batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads, scratch,
+                                         shards_noise(vocab, cfg, shards, parts))
     return batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
 
 
@@ -92,15 +122,21 @@ class LocalSGD:
     hot_inside = False  # the loop merges the hot rows' deltas at the super-step's end (hotsync.HotSync: inside)
 
     @staticmethod
-    def check_layout(cfg, ranks):
-        """UserError unless every rank hosts at least one of ``cfg.shards``."""
+    def check_layout(cfg, ranks, words=None):
+        """UserError unless every rank hosts at least one of ``cfg.shards``, and every noise group holds a word
+        of the ``words`` (the vocabulary's size, when known)."""
         if cfg.shards < ranks:
             raise UserError(f"--shards {cfg.shards} on {ranks} ranks: every rank hosts at least one shard; use "
                             f"--shards {ranks} or more (a multiple of ranks x threads keeps every thread busy)")
+        if words is not None and cfg.noise_groups > words:
+            raise UserError(f"--noise-groups {cfg.noise_groups} on a vocabulary of {words:,} words: a group holds "
+                            f"the ids congruent to it modulo {cfg.noise_groups}, at least one (give "
+                            f"--noise-groups {words} or fewer)")
 
     def __init__(self, cfg, vocab, stream, plan, hot, rank, threads):
-        self.check_layout(cfg, plan.ranks)
+        self.check_layout(cfg, plan.ranks, vocab.size)
         self.cfg, self.threads, self.hosted = cfg, threads, len(hosted(cfg.shards, plan.ranks, rank))
+        self.weights = noise_weights(vocab, cfg, hosted(cfg.shards, plan.ranks, rank))
         self.lib = native.local_sgd_kernel()
         self.apply = merge_rule(cfg, threads)
         scratch = native.Scratch()  # the examples, used up by each super-step's plan as it is made
@@ -116,15 +152,22 @@ class LocalSGD:
         codes = step.codes[0] if step.codes else None
         if self.lib is not None:
             return native.local_sgd(self.lib, self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha,
-                                    self.threads, self.cfg.cbow_mean, codes)
-        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha, self.cfg.cbow_mean, codes)
+                                    self.threads, self.cfg.cbow_mean, codes, self.weights)
+        return reference(self.cfg.sg, rows, step.ctx[0], step.tgt[0], step.bounds, alpha, self.cfg.cbow_mean, codes,
+                         self.weights)
 
     def describe(self):
         return (f"super-steps of {self.cfg.superstep:,} positions on each of {self.cfg.shards:,} shards "
                 f"({self.hosted:,} here); merge: {f'cap {self.cfg.merge_cap:g}' if self.cfg.merge_cap else 'the sum'}"
                 f"{f', clipped to {self.cfg.clip:g}' if self.cfg.clip else ''}; rows and deltas as "
-                f"{self.cfg.wire}; shard SGD: "
-                f"{'compiled' if self.lib is not None else 'numpy'}")
+                f"{self.cfg.wire}; {self.noise_groups()}shard SGD: {'compiled' if self.lib is not None else 'numpy'}")
+
+    def noise_groups(self):
+        """The describe line's noise groups and the range of their weights here, or nothing with one."""
+        if self.weights is None:
+            return ""
+        return (f"noise words from {self.cfg.noise_groups:,} groups, weighted {self.weights.min():.2f} to "
+                f"{self.weights.max():.2f} here; ")
 
 
 class ClippedMerge:
@@ -152,16 +195,17 @@ class ClippedMerge:
         native.merge_sources(table, rows, blocks, sgd, self.cap, self.clip, self.threads)
 
 
-def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True, codes=None):
+def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True, codes=None, weights=None):
     """localsgd_kernel.cc's super-step in numpy, one centre at a time: the fallback, and what the kernel is
     tested against (the same sums in the same order, up to the exp and log1p of each library); ``codes``:
-    hierarchical softmax's (shard_sgd)."""
+    hierarchical softmax's, ``weights`` each shard's noise weight (shard_sgd; None: 1 each)."""
     none = len(rows) - 1
     deltas = np.zeros((none, rows.shape[1]), np.float32)
     loss = count = 0.0
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for s, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
         mine = rows.copy()
-        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean, codes)
+        shard_loss, shard_count = shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean, codes,
+                                            1.0 if weights is None else weights[s])
         loss, count = loss + shard_loss, count + shard_count
         touched = np.zeros(len(rows), bool)
         touched[ctx[lo:hi].ravel()] = touched[tgt[lo:hi].ravel()] = True
@@ -170,14 +214,15 @@ def reference(sg, rows, ctx, tgt, bounds, alpha, cbow_mean=True, codes=None):
     return deltas, loss, count
 
 
-def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True, codes=None):
+def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True, codes=None, weight=1.0):
     """word2vec.c's SGD over the centres ``[lo, hi)`` in order, on the table ``mine`` (float32[T, d], row T - 1
     "no context word"), in place; returns (loss, count). CBOW of the context's mean, or with ``cbow_mean``
     False of its sum, each context row then getting 1/m of the update (gensim's cbow_mean=0). With ``codes``,
     hierarchical softmax: ``tgt`` the centre's path, labels 1 - code, a node whose |x . y| is 6 or more left
-    alone (word2vec.c's)."""
+    alone (word2vec.c's). The noise words' updates at ``weight`` times the rate (noise_weights)."""
     none = len(mine) - 1
     loss = count = 0.0
+    noise_alpha = np.float32(alpha) * np.float32(weight)
     for i in range(lo, hi):
         cs = [c for c in ctx[i] if c != none]
         if codes is None:
@@ -203,7 +248,7 @@ def shard_sgd(sg, mine, ctx, tgt, lo, hi, alpha, cbow_mean=True, codes=None):
                 loss += np.logaddexp(0, -np.float64(f if label else -f))  # -log sigmoid(+-f), for any f
                 if codes is not None and abs(f) >= 6:
                     continue
-                g = np.float32((label - sig) * alpha)
+                g = np.float32((label - sig) * (alpha if codes is not None or label else noise_alpha))
                 work += g * mine[t]
                 mine[t] += g * l1
             for c in into:

@@ -189,8 +189,8 @@ class ExactStep:
     hot_inside = False
 
     @staticmethod
-    def check_layout(cfg, ranks):
-        """Any layout runs the exact step (localsgd.LocalSGD.check_layout refuses some)."""
+    def check_layout(cfg, ranks, words=None):
+        """Any layout and vocabulary run the exact step (localsgd.LocalSGD.check_layout refuses some)."""
 
     def __init__(self, cfg, vocab, stream, plan, hot, rank, threads):
         from ..parallel.comm import tensorflow
