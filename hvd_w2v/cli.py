@@ -370,6 +370,9 @@ def add_train_options(p):
                         "G, g the rank that would host it on G ranks (local negatives): on G ranks every noise "
                         "word is a row of the rank's own, and none travels. The vectors depend on G, not on the "
                         "layout (default: %(default)s: the whole vocabulary)")
+    r.add_argument("--noise-head", type=int, default=d.noise_head, metavar="N",
+                   help="with --noise-groups: the N most frequent words are every shard's noise words too, whatever "
+                        "its group (default: %(default)s)")
     o = p.add_argument_group("output")
     o.add_argument("--format", nargs="+", choices=pipeline.FORMATS, default=list(RUN_DEFAULTS["format"]),
                    help="word2vec export formats: vectors.txt, vectors.bin (default: both)")

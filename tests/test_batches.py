@@ -107,14 +107,16 @@ def test_several_ranges_in_one_call_are_the_ranges_built_one_by_one(builder, mon
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_noise_groups_draw_each_range_s_negatives_among_its_group_s_words(builder, monkeypatch, threads):
-    """Local negatives (config's noise_groups): the compiled builder draws range r's noise words from its group
-    (the ids congruent to g modulo G, vocab.NoiseGroup), the numpy fallback the same ids; centres and contexts
-    are those of one group; and over many draws each word of a group comes up by its count^0.75 share of it."""
+@pytest.mark.parametrize("head", [0, 40])
+def test_noise_groups_draw_each_range_s_negatives_among_its_group_s_words(builder, monkeypatch, threads, head):
+    """Local negatives (config's noise_groups, noise_head): the compiled builder draws range r's noise words
+    from its group (the ``head`` most frequent ids, then the others congruent to g modulo G at G times their
+    weight: vocab.CountRuns.noise_group), the numpy fallback the same ids; centres and contexts are those of
+    one group; and over many draws each word comes up by its share of the group's weight."""
     stream, voc = zipf_stream(30_000, 3_000, seed=8), zipf_vocab(3_000, 1e-3)
     cfg, groups = Config(seed=5), 3
     ranges = [(0, 4_000), (4_000, 9_000), (9_000, 9_001), (12_000, 30_000)]
-    noise = [voc.runs.noise_group(g, groups) for g in (0, 2, 1, 2)]
+    noise = [(g, groups, head) for g in (0, 2, 1, 2)]
     got, counts = batches.build_ranges(stream, voc, cfg, 1, ranges, threads, noise=noise)
     whole, whole_counts = batches.build_ranges(stream, voc, cfg, 1, ranges, threads)
     assert counts.tolist() == whole_counts.tolist() and np.array_equal(got.contexts, whole.contexts)
@@ -123,15 +125,16 @@ def test_noise_groups_draw_each_range_s_negatives_among_its_group_s_words(builde
     monkeypatch.undo()
     assert np.array_equal(fallback.negatives, got.negatives) and not np.array_equal(got.negatives, whole.negatives)
     group = np.repeat([0, 2, 1, 2], counts)[:, None]
-    assert (got.negatives % groups == group).all()
+    assert ((got.negatives % groups == group) | (got.negatives < head)).all()
     drawn = got.negatives[np.repeat(np.arange(4), counts) == 3].ravel()  # group 2's words in the last range
-    words = np.arange(2, 3_000, groups)
-    weight = voc.runs.count(words).astype(np.float64) ** 0.75
+    words = np.flatnonzero((np.arange(3_000) % groups == 2) | (np.arange(3_000) < head))
+    weight = voc.runs.count(words).astype(np.float64) ** 0.75 * np.where(words < head, 1, groups)
     share = np.bincount(drawn, minlength=3_000)[words] / len(drawn)
     assert np.abs(share - weight / weight.sum()).max() < 0.01, len(drawn)
+    assert (drawn < head).any() == (head > 0)
     with pytest.raises(ValueError, match="a noise group a range"):
         native.build_ranges(builder, [np.zeros(1, np.int32)], [0], [0], [1], (1, 2, 3), 5, 20, 5, voc.runs,
-                            noise=[voc.runs.noise_group(0, 2), voc.runs.noise_group(1, 2)])
+                            noise=[(0, 2, 0), (1, 2, 0)])
 
 
 def plan_view(step, plan, n_hot):

@@ -307,16 +307,17 @@ def test_bfloat16_halves_the_bytes_and_rounds_alike_on_every_layout(corpus, refe
 
 
 def test_noise_groups_give_the_same_vectors_on_every_layout_and_no_noise_word_travels(corpus, reference, tmp_path):
-    """--noise-groups 2 (local negatives), hot rows inside the super-step: 2 x 1, where each rank draws its
-    shards' noise words among its own rows, and 1 x 2 give the same vectors, which are not one group's; 2 x 1
-    sends far fewer bytes a word than one group's 2 x 1, whose negatives are any rank's rows."""
+    """--noise-groups 2 (local negatives; a head of 16 words every shard draws), hot rows inside the super-step:
+    2 x 1, where each rank draws its shards' other noise words among its own rows, and 1 x 2 give the same
+    vectors, which are not one group's; 2 x 1 sends far fewer bytes a word than one group's 2 x 1, whose
+    negatives are any rank's rows."""
     import re
 
     runs = {}
     for groups, nranks, threads in [(2, 2, 1), (2, 1, 2), (1, 2, 1)]:
         out = str(tmp_path / f"{groups}-{nranks}x{threads}")
         result = launch(nranks, ["hvd-w2v", "train", corpus, "--out", out, *OPTIONS, *ARCH["sg"], "--noise-groups",
-                                 str(groups)], timeout=240, threads=threads)
+                                 str(groups), "--noise-head", "16"], timeout=240, threads=threads)
         assert result.ok, result.output[-3000:]
         sent = int(re.search(r"([\d,]+) bytes sent per word", result.output).group(1).replace(",", ""))
         runs[groups, nranks] = load(f"{out}/vectors.bin"), sent

@@ -55,10 +55,11 @@ def test_the_distinct_words_of_noise_draws_are_expected_and_bounded_as_the_memor
     assert r.noise_distinct(0) == 0
 
 
-def test_a_shard_s_noise_weight_is_the_groups_times_its_group_s_share():
-    """Local negatives (localsgd.noise_weights): G times the share of the noise weight its group holds, the
-    groups those of the ranks that would host the shards on G ranks; their mean over the groups 1, so that
-    each word is, in expectation, the negative it is with one group. One group: no weights."""
+def test_a_shard_s_noise_weight_is_its_group_s_weight_over_every_word_s():
+    """Local negatives (localsgd.noise_weights): without a head, G times the share of the noise weight its
+    group holds, the groups those of the ranks that would host the shards on G ranks; their mean over the
+    groups 1, so that each word is, in expectation, the negative it is with one group. With a head, the head's
+    weight and G times the rest of the group's. One group: no weights."""
     from types import SimpleNamespace
 
     from hvd_w2v.common.config import Config
@@ -66,8 +67,12 @@ def test_a_shard_s_noise_weight_is_the_groups_times_its_group_s_share():
 
     r = CountRuns(np.array([1000, 100, 10]), np.array([1, 2, 3]), 1e-3)  # ids 0; 1, 2; 3, 4, 5: group 0 heavy
     voc = SimpleNamespace(runs=r)
-    shares = np.array([r.noise_group(g, 3).cum[-1] / r.cum[-1] for g in range(3)])
-    got = noise_weights(voc, Config(shards=6, noise_groups=3), range(6))
+    shares = np.array([r.noise_group(g, 3).cum[-1] / r.cum[-1] / 3 for g in range(3)])  # weighed at G times
+    got = noise_weights(voc, Config(shards=6, noise_groups=3, noise_head=0), range(6))
     np.testing.assert_allclose(got, 3 * shares[[0, 0, 1, 1, 2, 2]], rtol=1e-6)
     assert got.dtype == np.float32 and abs(shares.sum() - 1) < 1e-12 and shares[0] > 2 * shares[1]
+    weight = np.array([1000, 100, 100, 10, 10, 10], np.float64) ** 0.75
+    headed = noise_weights(voc, Config(shards=6, noise_groups=3, noise_head=1), range(6))
+    group = weight[0] + 3 * np.array([weight[3], weight[1] + weight[4], weight[2] + weight[5]])  # id 0 the head
+    np.testing.assert_allclose(headed, group[[0, 0, 1, 1, 2, 2]] / weight.sum(), rtol=1e-6)
     assert noise_weights(voc, Config(shards=6), range(6)) is None

@@ -105,6 +105,10 @@ class Config:
     # expected update is one group's; the vectors depend on noise_groups, never on the layout. 1: every word,
     # word2vec's.
     noise_groups: int = 1
+    # With noise groups, the most frequent words every shard draws as noise words (whatever its group): their
+    # rows travel as any rows, but they are few and most super-steps touch them anyway, and without them a rare
+    # word's few occurrences would meet the head's noise words in as few groups.
+    noise_head: int = 1024
     # How a super-step's rows and deltas travel between ranks: "float32", or "bfloat16", half the bytes, each
     # rounded to about 3 significant digits (wire.py). The exact step's stay float32.
     wire: str = "float32"
@@ -163,6 +167,7 @@ class Config:
             (self.max_row_norm > 0, f"--max-row-norm must be more than 0, got {self.max_row_norm}"),
             (self.wire in WIRES, f"--wire must be one of {', '.join(WIRES)}, got {self.wire!r}"),
             (1 <= self.noise_groups <= 1 << 24, f"--noise-groups must be in 1..16777216, got {self.noise_groups}"),
+            (self.noise_head >= 0, f"--noise-head must be 0 or more, got {self.noise_head}"),
             (self.noise_groups == 1 or not self.hs,
              f"--noise-groups {self.noise_groups} groups noise words: hierarchical softmax (--hs 1) draws none"),
             (self.noise_groups == 1 or self.shards is None or self.noise_groups <= self.shards,

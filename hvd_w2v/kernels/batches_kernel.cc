@@ -126,15 +126,25 @@ struct alignas(64) Kept {
   }
 };
 
-// A noise distribution (vocab.NoiseGroup): the words offset + stride * j, j counted by runs from ``starts``,
-// ``cum`` the weight before each run, ``weight`` a word's by run, ``guide`` where a draw starts looking.
+// A noise distribution (vocab.NoiseGroup): run r the words first[r] + step[r] * j, j < length[r], each of
+// weight weight[r]; ``cum`` the weight before each run, ``guide`` where a draw starts looking.
 struct Noise {
   int64_t runs;
-  const int64_t* starts;
-  const double* cum;
-  const double* weight;
+  const int64_t *first, *length, *step;
+  const double *weight, *cum;
   const int64_t* guide;
-  int64_t guide_size, offset, stride;
+  int64_t guide_size;
+};
+
+// Every word, by the vocabulary's runs (starts[runs + 1], their weights and cum): vocab.CountRuns's noise.
+struct Vocabulary {
+  std::vector<int64_t> first, length, step;
+  Vocabulary(int64_t runs, const int64_t* starts) : first(starts, starts + runs), length(runs), step(runs, 1) {
+    for (int64_t r = 0; r < runs; ++r) length[r] = starts[r + 1] - starts[r];
+  }
+  Noise noise(int64_t runs, const double* weight, const double* cum, const int64_t* guide, int64_t size) const {
+    return Noise{runs, first.data(), length.data(), step.data(), weight, cum, guide, size};
+  }
 };
 
 // One thread's examples: those of the kept occurrences [from, to) whose position lies in [lo, hi).
@@ -146,7 +156,6 @@ struct alignas(64) Examples {
              int64_t window, int64_t span, int64_t negative, const Noise& noise) {
     const int64_t kept = kpos.size(), width = 2 * window;
     const int64_t runs = noise.runs, guide_size = noise.guide_size;
-    const int64_t* starts = noise.starts;
     const double *cum = noise.cum, *weight = noise.weight;
     const double total = cum[runs];
     const int64_t most = std::max<int64_t>(to - from, 0);  // room for every centre: no growing on the way
@@ -175,8 +184,7 @@ struct alignas(64) Examples {
         int64_t run = noise.guide[std::min(static_cast<int64_t>(u * guide_size), guide_size - 1)];
         while (run < last && cum[run + 1] <= x) ++run;
         const int64_t within = static_cast<int64_t>((x - cum[run]) / weight[run]);
-        negatives.push_back(noise.offset + noise.stride * (starts[run] + std::min(within, starts[run + 1] -
-                                                                                           starts[run] - 1)));
+        negatives.push_back(noise.first[run] + noise.step[run] * std::min(within, noise.length[run] - 1));
       }
     }
   }
@@ -409,6 +417,7 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
                       const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
                       int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t threads) {
   const int64_t team = length >= MIN_PARALLEL_POSITIONS ? std::max<int64_t>(threads, 1) : 1;
+  const Vocabulary every(runs, starts);  // the noise words' runs
   // The kept occurrences: position, id, sentence number (sentence ends seen up to and including it).
   std::vector<int64_t> kpos, kid, ksent;
   std::vector<Kept> part(team);
@@ -439,7 +448,7 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
     const int64_t kept = kpos.size();
     Examples& built = made[t];
     built.build(kpos, kid, ksent, kept * t / team, kept * (t + 1) / team, lo, hi, window_key, noise_key, window,
-                span, negative, Noise{runs, starts, cum, weight, guide, guide_size, 0, 1});
+                span, negative, every.noise(runs, weight, cum, guide, guide_size));
 #pragma omp barrier
     int64_t at = 0;  // where this range's examples start among all: each thread copies its own out
     for (int64_t r = 0; r < t; ++r) at += made[r].centres.size();
@@ -457,17 +466,18 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
 // Each range is built on one thread, as hvd_w2v_build builds it (the same examples), and the ranges are shared
 // out over ``threads``; the examples are written range after range, and range r's count to counts[r]. So a
 // node's threads build its shards' examples at once, where one call per shard would run on one thread at a
-// time (a few positions are too few to split). Range r draws its noise words from table group_of[r] of the
-// noise groups' (vocab.NoiseGroup): its starts and cum at group_starts and group_cum + g (runs + 1), its guide
-// at group_guide + g guide_size, its words group_offset[g] + stride j; ``weight`` and the run count are the
-// vocabulary's. Returns the examples' total.
+// time (a few positions are too few to split). Range r draws its noise words from table g = group_of[r] of
+// the noise groups' (vocab.NoiseGroup, end to end): its runs [runs_at[g], runs_at[g + 1]) of group_first,
+// group_length, group_step and group_weight, its cum from group_cum + runs_at[g] + g, its guide at group_guide +
+// g guide_size. Returns the examples' total.
 int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int64_t* bases, const int64_t* los,
                              const int64_t* his, int64_t ranges, uint64_t keep_key, uint64_t window_key,
                              uint64_t noise_key, int64_t window, int64_t span, int64_t negative, int64_t runs,
                              const int64_t* starts, const float* keep_by_run, const float* keep_head, int64_t head,
                              const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
-                             const int64_t* group_of, const int64_t* group_starts, const double* group_cum,
-                             const int64_t* group_guide, const int64_t* group_offset, int64_t stride,
+                             const int64_t* group_of, const int64_t* runs_at, const int64_t* group_first,
+                             const int64_t* group_length, const int64_t* group_step, const double* group_weight,
+                             const double* group_cum, const int64_t* group_guide,
                              int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t* counts,
                              int64_t threads) {
   std::vector<Examples> made(ranges);
@@ -480,8 +490,9 @@ int64_t hvd_w2v_build_ranges(const int32_t* ids, const int64_t* id_at, const int
     const int64_t g = group_of[r];  // range r's noise group, among the tables given
     made[r].build(kept.pos, kept.id, kept.sentence, 0, kept.pos.size(), los[r], his[r], window_key, noise_key,
                   window, span, negative,
-                  Noise{runs, group_starts + g * (runs + 1), group_cum + g * (runs + 1), weight,
-                        group_guide + g * guide_size, guide_size, group_offset[g], stride});
+                  Noise{runs_at[g + 1] - runs_at[g], group_first + runs_at[g], group_length + runs_at[g],
+                        group_step + runs_at[g], group_weight + runs_at[g], group_cum + runs_at[g] + g,
+                        group_guide + g * guide_size, guide_size});
   }
   const int64_t width = 2 * window;
   std::vector<int64_t> at(ranges + 1, 0);  // where each range's examples start among all

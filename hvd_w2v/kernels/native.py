@@ -383,7 +383,7 @@ class Blocks:
 BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64, P,
                                        P, P, I64, P, P, P, I64],
                      "hvd_w2v_build_ranges": [P, P, P, P, P, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64,
-                                              P, P, P, I64, P, P, P, P, P, I64, P, P, P, P, I64],
+                                              P, P, P, I64, P, P, P, P, P, P, P, P, P, P, P, P, I64],
                      "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 6 + [I64, I64]}
 BUILDER_FLAGS = ["-ffp-contract=off"]  # no fused multiply-adds: they round otherwise than numpy's float operations
 
@@ -460,17 +460,17 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
                  noise=None):
     """build_examples over several ranges in one call, a range a thread: range r's ids ``ids[r]`` (int32,
     read from stream position ``bases[r]``), its centres ``[los[r], his[r])``, its noise words drawn from
-    ``noise[r]`` (a vocab.NoiseGroup of ``runs``, all of one stride; None: every word). Returns the examples of
+    ``noise[r]`` (a (group, groups, head) key of ``runs.noise_group``; None: every word). Returns the examples of
     all, range after range (centres, contexts, negatives, as build_examples), and each range's count
     (int64[R]): the same examples as a call per range. With ``scratch`` (a :class:`Scratch`), the examples are
     written into its arrays, which the next call with it writes over."""
     arrays = _runs_arrays(runs, window, negative)
-    named = [(0, 1)] * len(ids) if noise is None else [(g.offset, g.stride) for g in noise]  # (group, groups)
+    named = [(0, 1, 0)] * len(ids) if noise is None else list(noise)
     index = {key: i for i, key in enumerate(dict.fromkeys(named))}  # each group once, as first used
     group_of = np.array([index[key] for key in named], np.int64)
-    if len(named) != len(ids) or len({groups for _, groups in index}) > 1:
-        raise ValueError("build_ranges: a noise group a range, all of one count of groups")
-    group_starts, group_cum, group_guide, group_offset, stride = runs.noise_tables(tuple(index) or ((0, 1),))
+    if len(named) != len(ids):
+        raise ValueError("build_ranges: a noise group a range")
+    *tables, runs_at = runs.noise_tables(tuple(index) or ((0, 1, 0),))
     bases, los, his = (np.ascontiguousarray(a, np.int64) for a in (bases, los, his))
     id_at = np.cumsum([0] + [len(i) for i in ids], dtype=np.int64)
     flat = np.ascontiguousarray(np.concatenate(ids) if len(ids) else np.zeros(0), np.int32)
@@ -485,9 +485,8 @@ def build_ranges(lib, ids, bases, los, his, keys, window, span, negative, runs, 
     counts = np.empty(len(ids), np.int64)
     n = lib.hvd_w2v_build_ranges(flat.ctypes.data, id_at.ctypes.data, bases.ctypes.data, los.ctypes.data,
                                  his.ctypes.data, len(ids), *[int(k) for k in keys], window, span, negative,
-                                 *_runs_args(arrays), group_of.ctypes.data, group_starts.ctypes.data,
-                                 group_cum.ctypes.data, group_guide.ctypes.data, group_offset.ctypes.data,
-                                 stride, centres.ctypes.data, contexts.ctypes.data,
+                                 *_runs_args(arrays), group_of.ctypes.data, runs_at.ctypes.data,
+                                 *[t.ctypes.data for t in tables], centres.ctypes.data, contexts.ctypes.data,
                                  negatives.ctypes.data, counts.ctypes.data, threads)
     return centres[:n], contexts[:n], negatives[:n], counts
 

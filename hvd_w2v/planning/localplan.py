@@ -75,7 +75,7 @@ def node_step(corpus, cfg, nodes, threads, n_hot, node, at, groups=1):
     the module's docstring), its shards' noise words drawn from their noise groups of ``groups``
     (train's --noise-groups; localsgd.noise_group of the node's shards among the P x T)."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, nodes, threads, node, at)
-    noise = None if groups == 1 else [corpus.vocab.runs.noise_group(noise_group(v, nodes * threads, groups), groups)
+    noise = None if groups == 1 else [(noise_group(v, nodes * threads, groups), groups, cfg.noise_head)
                                       for v in range(node * threads, (node + 1) * threads)]
     batch, counts = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1, noise=noise)
     bounds = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)  # ``sgd``: the shards touching each row

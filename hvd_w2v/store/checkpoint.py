@@ -58,8 +58,8 @@ POLL_STEPS = 5
 # before the field existed) had its default.
 EXACT = ("dim", "seed", "window", "negative", "hs", "ns_exponent", "sample", "batch_words", "epochs", "alpha",
          "min_alpha", "sg", "cbow_mean", "update_cap", "span", "shards", "superstep", "substep", "merge_cap",
-         "merge_clip", "wire", "noise_groups")
-SHARDS_ONLY = ("superstep", "substep", "merge_cap", "merge_clip", "wire", "noise_groups")  # the fields only shard-local SGD reads
+         "merge_clip", "wire", "noise_groups", "noise_head")
+SHARDS_ONLY = ("superstep", "substep", "merge_cap", "merge_clip", "wire", "noise_groups", "noise_head")  # the fields only shard-local SGD reads
 CHUNK = 1 << 24  # bytes written or hashed per call: bounds the extra memory of a checkpoint
 NAME = re.compile(r"^step-(\d{9})$")
 

@@ -199,54 +199,75 @@ class CountRuns:
         """Noise word ids for uniforms in [0, 1): the inverse CDF of count^ns_exponent, run by run."""
         return self.noise_group(0, 1).draw(uniforms)
 
-    def noise_group(self, group, groups):
-        """The noise distribution of the words ``group``, ``group + groups``, ... (config.Config.noise_groups),
-        count^ns_exponent among them: a :class:`NoiseGroup`, made once. Group 0 of 1 is every word."""
+    def noise_group(self, group, groups, head=0):
+        """The noise distribution of noise group ``group`` of ``groups`` (config.Config.noise_groups): the
+        ``head`` most frequent words, then the other ids congruent to ``group`` modulo ``groups``, each of these
+        at ``groups`` times its count^ns_exponent weight (a :class:`NoiseGroup`, made once). Every shard draws
+        the head; a group's other words are drawn by its 1/G of the shards alone, so at G times their weight.
+        Group 0 of 1 is every word."""
         if not 0 <= group < min(groups, self.size):
             raise UserError(f"noise group {group} of {groups} on {self.size:,} words: a group holds the ids "
                             f"congruent to it modulo {groups}, at least one (give --noise-groups {self.size} or "
                             f"fewer)")
-        if (group, groups) not in self._groups:
+        key = (group, groups, min(head, self.size) if groups > 1 else 0)
+        if key not in self._groups:
+            lo, hi, length = self.starts[:-1], self.starts[1:], np.diff(self.starts)
             if groups == 1:
-                made = NoiseGroup(self.starts, self.cum, self.weight, self.guide, 0, 1)
-            else:  # its words of each run, counted by their place in the group: -(-(start - group) // groups)
-                starts = np.maximum(-((group - self.starts) // groups), 0)
-                cum = np.concatenate(([0.0], np.cumsum(self.weight * np.diff(starts))))
-                made = NoiseGroup(starts, cum, self.weight, _guide(cum), group, groups)
-            self._groups[group, groups] = made
-        return self._groups[group, groups]
+                made = NoiseGroup.of(lo, length, np.ones_like(lo), self.weight)
+            else:  # the head's part of each run, then each run's words of the group past the head
+                cut = key[2]
+                first = np.maximum(lo, cut)
+                first = first + (group - first) % groups  # the first id of the group at or past it
+                tail = np.maximum(-((first - hi) // groups), 0)  # ids first, first + G, ... below hi
+                made = NoiseGroup.of(np.concatenate((lo, first)),
+                                     np.concatenate((np.clip(hi, None, cut) - lo, tail)).clip(0),
+                                     np.concatenate((np.ones_like(lo), np.full_like(lo, groups))),
+                                     np.concatenate((self.weight, groups * self.weight)))
+            self._groups[key] = made
+        return self._groups[key]
 
     def noise_tables(self, named):
-        """The compiled builder's tables of the noise groups ``named`` ((group, groups) pairs, one count of
-        groups): their starts, cum and guides end to end (int64, float64, int64), their offsets (int64) and the
-        stride; made once for each list (a rank's shards name the same groups at every super-step)."""
+        """The compiled builder's tables of the noise groups ``named`` ((group, groups, head) keys): their first,
+        length, step, weight, cum and guide arrays end to end, and where each group's runs start among them
+        (int64[len(named) + 1]); made once for each list (a rank's shards name the same groups at every
+        super-step)."""
         if named not in self._tables:
             made = [self.noise_group(*key) for key in named]
+            ends = np.cumsum([0] + [len(g.first) for g in made], dtype=np.int64)
             self._tables[named] = (*(np.ascontiguousarray(np.concatenate([getattr(g, f) for g in made]), t)
-                                     for f, t in (("starts", np.int64), ("cum", np.float64), ("guide", np.int64))),
-                                   np.array([g.offset for g in made], np.int64), made[0].stride)
+                                     for f, t in (("first", np.int64), ("length", np.int64), ("step", np.int64),
+                                                  ("weight", np.float64), ("cum", np.float64), ("guide", np.int64))),
+                                   ends)
         return self._tables[named]
 
 
 def _guide(cum):
     """The run of each of GUIDE buckets' left edge over ``cum``, less one: a lower bound for every draw in the
-    bucket, float rounding too (runs of no weight are passed by the search forward)."""
+    bucket, float rounding too."""
     edges = np.arange(GUIDE) * (cum[-1] / GUIDE)
     return np.maximum(np.searchsorted(cum, edges, side="right") - 2, 0)
 
 
 @dataclass(frozen=True)
 class NoiseGroup:
-    """A noise distribution over the words ``offset + stride * j``: ``starts`` (int64[D + 1]) the first j of each
-    run of equal counts (CountRuns's runs), ``cum`` (float64[D + 1]) the weight before each, ``weight`` a word's
-    weight by run, ``guide`` where a draw starts looking. The compiled builder draws by the same arrays."""
+    """A noise distribution in runs of words of one weight: run r is the ids ``first[r] + step[r] * j``, j below
+    ``length[r]``, each of weight ``weight[r]``; ``cum`` (float64[R + 1]) the weight before each run, ``guide``
+    where a draw starts looking. The compiled builder draws by the same arrays (batches_kernel.cc's Noise)."""
 
-    starts: np.ndarray
-    cum: np.ndarray
+    first: np.ndarray
+    length: np.ndarray
+    step: np.ndarray
     weight: np.ndarray
+    cum: np.ndarray
     guide: np.ndarray
-    offset: int
-    stride: int
+
+    @classmethod
+    def of(cls, first, length, step, weight):
+        """The runs that hold words (int64 first, length, step; float64 weight), with their cum and guide."""
+        held = length > 0
+        first, length, step, weight = first[held], length[held], step[held], weight[held].astype(np.float64)
+        cum = np.concatenate(([0.0], np.cumsum(weight * length)))
+        return cls(first.astype(np.int64), length.astype(np.int64), step.astype(np.int64), weight, cum, _guide(cum))
 
     def draw(self, uniforms):
         """Word ids for uniforms in [0, 1): the inverse CDF of the weights, run by run."""
@@ -260,8 +281,7 @@ class NoiseGroup:
                 break
             run += ahead
         within = ((x - self.cum[run]) / self.weight[run]).astype(np.int64)
-        return self.offset + self.stride * (self.starts[run] + np.minimum(within, self.starts[run + 1]
-                                                                          - self.starts[run] - 1))
+        return self.first[run] + self.step[run] * np.minimum(within, self.length[run] - 1)
 
 
 class Vocab:

@@ -106,8 +106,8 @@ def _examples(stream, vocab, cfg, epoch, lo, hi, threads, noise=None):
 
 def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1, scratch=None, noise=None):
     """:func:`build` of several ranges of centres ``[(lo, hi), ...]``: one Batch of their examples, range after
-    range, and each range's count (int64[R]); range r's noise words drawn from ``noise[r]`` (a vocab.NoiseGroup;
-    None: every word for all). With at least as many ranges as ``threads``, or noise groups, the compiled builder
+    range, and each range's count (int64[R]); range r's noise words drawn from noise group ``noise[r]`` (a
+    (group, groups, head) key of vocab.CountRuns.noise_group; None: every word for all). With at least as many ranges as ``threads``, or noise groups, the compiled builder
     builds a range a thread in one call (a rank's shards of a few positions each: localsgd), into ``scratch``'s
     arrays where given (native.Scratch: the Batch lasts until the next call with it); else each range in turn,
     on every thread (numpy: on one). The same examples either way."""
@@ -119,8 +119,8 @@ def build_ranges(stream, vocab, cfg, epoch, ranges, threads=1, scratch=None, noi
                                             builder_keys(cfg, epoch), cfg.window, cfg.context_span, cfg.negative,
                                             vocab.runs, threads, scratch, noise)
         return with_paths(Batch(*made), vocab, cfg), counts
-    parts = [_examples(stream, vocab, cfg, epoch, lo, hi, threads, None if noise is None else noise[r])
-             for r, (lo, hi) in enumerate(ranges)]
+    groups = [None] * len(ranges) if noise is None else [vocab.runs.noise_group(*key) for key in noise]
+    parts = [_examples(stream, vocab, cfg, epoch, lo, hi, threads, group) for (lo, hi), group in zip(ranges, groups)]
     fields = ("centres", "contexts", "negatives")
     batch = Batch(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields)) if parts else _empty(cfg)
     return with_paths(batch, vocab, cfg), np.array([len(p) for p in parts], np.int64)

@@ -46,26 +46,26 @@ def noise_group(shard, shards, groups):
     return ((shard + 1) * groups - 1) // shards
 
 
-def shards_noise(vocab, cfg, shards, parts=1):
-    """The noise groups (vocab.NoiseGroup) of ``shards`` (shard numbers), each ``parts`` times, for
-    batches.build_ranges; None with one group (every word)."""
+def shards_noise(cfg, shards, parts=1):
+    """The noise groups of ``shards`` (shard numbers), each ``parts`` times, for batches.build_ranges: (group,
+    groups, head) keys of vocab.CountRuns.noise_group; None with one group (every word)."""
     if cfg.noise_groups == 1:
         return None
-    return [vocab.runs.noise_group(noise_group(v, cfg.shards, cfg.noise_groups), cfg.noise_groups)
+    return [(noise_group(v, cfg.shards, cfg.noise_groups), cfg.noise_groups, cfg.noise_head)
             for v in shards for _ in range(parts)]
 
 
 def noise_weights(vocab, cfg, shards):
-    """Each of ``shards``' (shard numbers) noise weight, float32, or None with one group: G times its group's
-    share of the noise weight (count^ns_exponent). A group's words are drawn by its 1/G of the shards alone, in
-    proportion to their weight within the group; weighted so, the noise words' expected update, of each W_out
-    row and of each centre's input row, is one group's, however unequal the groups (a frequent word weighs its
-    group up; on a small vocabulary and many groups, far up: LocalSGD.describe prints the range)."""
+    """Each of ``shards``' (shard numbers) noise weight, float32, or None with one group: its group's weight
+    (the head's, and G times the rest of the group's: vocab.CountRuns.noise_group) over every word's. A shard
+    draws each word of its group in proportion to that weight over its group's; weighted so, the noise words'
+    expected update, of each W_out row and of each centre's input row, is one group's, however unequal the
+    groups (LocalSGD.describe prints the range)."""
     if cfg.noise_groups == 1:
         return None
-    runs, groups = vocab.runs, cfg.noise_groups
-    return np.array([groups * runs.noise_group(noise_group(v, cfg.shards, groups), groups).cum[-1] / runs.cum[-1]
-                     for v in shards], np.float32)
+    runs = vocab.runs
+    return np.array([runs.noise_group(*key).cum[-1] / runs.cum[-1] for key in shards_noise(cfg, shards)],
+                    np.float32)
 
 
 def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1, scratch=None):
@@ -85,7 +85,7 @@ def superstep_batches(stream, vocab, cfg, done, shards, threads=1, parts=1, scra
         ranges += [(start, end)] if parts == 1 else [
             (min(end, start + j * cfg.substep), min(end, start + (j + 1) * cfg.substep)) for j in range(parts)]
     batch, counts = batches.build_ranges(stream, vocab, cfg, epoch, ranges, threads, scratch,
-                                         shards_noise(vocab, cfg, shards, parts))
+                                         shards_noise(cfg, shards, parts))
     return batch, np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)
 
 
