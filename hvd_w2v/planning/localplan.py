@@ -9,7 +9,7 @@ that StepPlan (localsgd.superstep_batches' pieces: batches.build of each shard's
 loop.StepPlan.of under the RowPlan of P nodes) for sampled nodes and super-steps and counts, as
 exchange.Exchange.bytes_sent does: 16 B for each key asked of another node, 4 dim B (2 dim B with --wire
 bfloat16) for each row sent back and for each delta sent to its owner; with --noise-groups nodes (train's
---noise-groups P, local negatives) a node's noise words are its own rows. The T shards of a sampled node read S
+--noise-groups P, local negatives) a node's noise words past the head are its own rows. The T shards of a sampled node read S
 positions each at T disjoint places of the stream, as a node's shards do at once on a corpus of V x S
 positions or more, so the counts hold for a cluster's corpus however small this one is against V x S.
 
@@ -430,7 +430,8 @@ def main(argv=None):
                         "rate (default: %(default)s)")
     p.add_argument("--noise-groups", choices=("1", "nodes"), default="1",
                    help="train's --noise-groups: 1, every word a shard's noise word, or nodes, a group a node (G "
-                        "= P, local negatives: no noise word travels) (default: %(default)s)")
+                        "= P, local negatives: past train's default --noise-head, no noise word travels) (default: "
+                        "%(default)s)")
     p.add_argument("--cbow", action="store_true", help="CBOW instead of skip-gram")
     args = p.parse_args(argv)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
