@@ -136,17 +136,6 @@ struct Noise {
   int64_t guide_size;
 };
 
-// Every word, by the vocabulary's runs (starts[runs + 1], their weights and cum): vocab.CountRuns's noise.
-struct Vocabulary {
-  std::vector<int64_t> first, length, step;
-  Vocabulary(int64_t runs, const int64_t* starts) : first(starts, starts + runs), length(runs), step(runs, 1) {
-    for (int64_t r = 0; r < runs; ++r) length[r] = starts[r + 1] - starts[r];
-  }
-  Noise noise(int64_t runs, const double* weight, const double* cum, const int64_t* guide, int64_t size) const {
-    return Noise{runs, first.data(), length.data(), step.data(), weight, cum, guide, size};
-  }
-};
-
 // One thread's examples: those of the kept occurrences [from, to) whose position lies in [lo, hi).
 struct alignas(64) Examples {
   std::vector<int64_t> centres, contexts, negatives;
@@ -406,7 +395,8 @@ extern "C" {
 // batches.build on ids[0:length] read from stream position ``base``, centres in [lo, hi). The vocabulary is
 // vocab.CountRuns': ``runs`` runs of equal counts, run r holding ids [starts[r], starts[r + 1]), with its
 // keep_by_run, cum (runs + 1), weight and guide (guide_size) arrays, and keep_head: the keep_by_run value of
-// each of the first ``head`` ids. Writes up to hi - lo centres:
+// each of the first ``head`` ids; the noise words drawn from its runs as a Noise (noise_first, noise_length and
+// noise_step: vocab.CountRuns.noise_group(0, 1)'s, every word). Writes up to hi - lo centres:
 // centres[n], contexts[n, 2 window] (-1: none), negatives[n, negative]; returns n. On ``threads`` threads:
 // first each subsamples a range of the positions, then each builds the examples of a range of the kept
 // occurrences, then copies them out after the ranges before it: the examples are the same on any thread count.
@@ -415,9 +405,10 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
                       int64_t negative, int64_t runs, const int64_t* starts, const float* keep_by_run,
                       const float* keep_head, int64_t head,
                       const double* cum, const double* weight, const int64_t* guide, int64_t guide_size,
+                      const int64_t* noise_first, const int64_t* noise_length, const int64_t* noise_step,
                       int64_t* centres, int64_t* contexts, int64_t* negatives, int64_t threads) {
   const int64_t team = length >= MIN_PARALLEL_POSITIONS ? std::max<int64_t>(threads, 1) : 1;
-  const Vocabulary every(runs, starts);  // the noise words' runs
+  const Noise noise{runs, noise_first, noise_length, noise_step, weight, cum, guide, guide_size};  // every word
   // The kept occurrences: position, id, sentence number (sentence ends seen up to and including it).
   std::vector<int64_t> kpos, kid, ksent;
   std::vector<Kept> part(team);
@@ -448,7 +439,7 @@ int64_t hvd_w2v_build(const int32_t* ids, int64_t length, int64_t base, int64_t 
     const int64_t kept = kpos.size();
     Examples& built = made[t];
     built.build(kpos, kid, ksent, kept * t / team, kept * (t + 1) / team, lo, hi, window_key, noise_key, window,
-                span, negative, every.noise(runs, weight, cum, guide, guide_size));
+                span, negative, noise);
 #pragma omp barrier
     int64_t at = 0;  // where this range's examples start among all: each thread copies its own out
     for (int64_t r = 0; r < t; ++r) at += made[r].centres.size();

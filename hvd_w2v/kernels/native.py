@@ -381,7 +381,7 @@ class Blocks:
 # -- the example builder (batches_kernel.cc) -----------------------------------------------------------------
 
 BUILDER_FUNCTIONS = {"hvd_w2v_build": [P, I64, I64, I64, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64, P,
-                                       P, P, I64, P, P, P, I64],
+                                       P, P, I64, P, P, P, P, P, P, I64],
                      "hvd_w2v_build_ranges": [P, P, P, P, P, I64, U64, U64, U64, I64, I64, I64, I64, P, P, P, I64,
                                               P, P, P, I64, P, P, P, P, P, P, P, P, P, P, P, P, I64],
                      "hvd_w2v_step_plan": [P, P, P] + [I64] * 8 + [P] * 6 + [I64, I64]}
@@ -427,9 +427,10 @@ def build_examples(lib, ids, base, lo, hi, keys, window, span, negative, runs, t
     centres = np.empty(most, np.int64)
     contexts = np.empty((most, 2 * window), np.int64)
     negatives = np.empty((most, negative), np.int64)
+    first, length, step = runs.noise_tables(((0, 1, 0),))[:3]  # every word's runs, made once
     n = lib.hvd_w2v_build(ids.ctypes.data, len(ids), base, lo, hi, *[int(k) for k in keys], window, span, negative,
-                          *_runs_args(arrays), centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data,
-                          threads)
+                          *_runs_args(arrays), first.ctypes.data, length.ctypes.data, step.ctypes.data,
+                          centres.ctypes.data, contexts.ctypes.data, negatives.ctypes.data, threads)
     return centres[:n], contexts[:n], negatives[:n]
 
 
