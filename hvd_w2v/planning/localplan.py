@@ -58,7 +58,7 @@ from ..kernels import native
 from ..parallel import wire
 from ..parallel.shard import RowPlan
 from ..training import batches, hotsync
-from ..training.localsgd import merge_rule, noise_group, superstep_plan
+from ..training.localsgd import merge_rule, shards_noise, superstep_plan
 from ..training.loop import CappedAdd, StepPlan
 from . import plan
 
@@ -73,10 +73,10 @@ def sampled_nodes(nodes):
 def node_step(corpus, cfg, nodes, threads, n_hot, node, at, groups=1):
     """The StepPlan node ``node`` of ``nodes`` builds in super-step ``at`` of an epoch (sampled places: see
     the module's docstring), its shards' noise words drawn from their noise groups of ``groups``
-    (train's --noise-groups; localsgd.noise_group of the node's shards among the P x T)."""
+    (train's --noise-groups; localsgd.shards_noise of the node's shards among the P x T)."""
     ranges = node_ranges(len(corpus.stream), cfg.superstep, nodes, threads, node, at)
-    noise = None if groups == 1 else [(noise_group(v, nodes * threads, groups), groups, cfg.noise_head)
-                                      for v in range(node * threads, (node + 1) * threads)]
+    noise = shards_noise(replace(cfg, shards=nodes * threads, noise_groups=groups),
+                         range(node * threads, (node + 1) * threads))
     batch, counts = batches.build_ranges(corpus.stream, corpus.vocab, cfg, 0, ranges, 1, noise=noise)
     bounds = np.cumsum(np.concatenate(([0], counts)), dtype=np.int64)  # ``sgd``: the shards touching each row
     return StepPlan.of(batch, RowPlan(corpus.vocab.size, nodes), n_hot, cfg.sg, 1, 1, bounds)
